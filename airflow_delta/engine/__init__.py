@@ -1,0 +1,37 @@
+"""The Delta transaction engine: log replay, checkpoints and (later) optimistic transactions.
+
+Pure Python on pyarrow and fsspec; it never imports Spark or Airflow.
+"""
+
+from airflow_delta.engine.actions import (
+    AddCDCFile,
+    AddFile,
+    CommitInfo,
+    DeletionVectorDescriptor,
+    DomainMetadata,
+    Metadata,
+    Operation,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+)
+from airflow_delta.engine.checkpoints import CheckpointResult
+from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.snapshot import LogSegment, Snapshot
+
+__all__ = [
+    "AddCDCFile",
+    "AddFile",
+    "CheckpointResult",
+    "CommitInfo",
+    "DeletionVectorDescriptor",
+    "DeltaLog",
+    "DomainMetadata",
+    "LogSegment",
+    "Metadata",
+    "Operation",
+    "Protocol",
+    "RemoveFile",
+    "SetTransaction",
+    "Snapshot",
+]

@@ -1,0 +1,748 @@
+"""Delta log actions and their codecs.
+
+Each action of PROTOCOL.md is a dataclass with a JSON codec (one action per line of a commit
+file). Fields this engine does not know are kept in `extra` and written back unchanged, and
+unknown actions become `UnknownAction`, as the spec requires of readers and writers. Stats stay
+the JSON string found in the log and are parsed only on demand.
+
+The arrow struct types at the end are the columnar codec: the shape in which log replay and
+checkpoints hold file actions, so that no Python object is built per file on the load path.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from airflow_delta.engine.errors import CorruptLogError
+
+JsonDict = dict[str, Any]
+
+
+def _pop_known(data: JsonDict, names: tuple[str, ...]) -> tuple[list[Any], JsonDict]:
+    """Split `data` into the values of `names` (None when absent) and the remaining fields."""
+    rest = dict(data)
+    return [rest.pop(n, None) for n in names], rest
+
+
+def _drop_none(data: JsonDict) -> JsonDict:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+@dataclass
+class DeletionVectorDescriptor:
+    """Where the deleted rows of a data file are recorded (PROTOCOL.md, Deletion Vectors)."""
+
+    storage_type: str
+    path_or_inline_dv: str
+    size_in_bytes: int
+    cardinality: int
+    offset: int | None = None
+    max_row_index: int | None = None
+
+    @property
+    def unique_id(self) -> str:
+        """`storageType + pathOrInlineDv` plus `@offset` when an offset is set."""
+        return dv_unique_id(self.storage_type, self.path_or_inline_dv, self.offset)
+
+    def to_json_dict(self) -> JsonDict:
+        return _drop_none(
+            {
+                "storageType": self.storage_type,
+                "pathOrInlineDv": self.path_or_inline_dv,
+                "offset": self.offset,
+                "sizeInBytes": self.size_in_bytes,
+                "cardinality": self.cardinality,
+                "maxRowIndex": self.max_row_index,
+            }
+        )
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict | None) -> DeletionVectorDescriptor | None:
+        if d is None:
+            return None
+        return cls(
+            storage_type=d["storageType"],
+            path_or_inline_dv=d["pathOrInlineDv"],
+            size_in_bytes=d.get("sizeInBytes") or 0,
+            cardinality=d.get("cardinality") or 0,
+            offset=d.get("offset"),
+            max_row_index=d.get("maxRowIndex"),
+        )
+
+
+def dv_unique_id(storage_type: str, path_or_inline_dv: str, offset: int | None) -> str:
+    """The unique id of a deletion vector, part of a logical file's key."""
+    base = f"{storage_type}{path_or_inline_dv}"
+    return base if offset is None else f"{base}@{offset}"
+
+
+class Action:
+    """Base class of every action; `key` is the action's name in the log."""
+
+    key: ClassVar[str]
+    extra: JsonDict
+
+    def to_json_dict(self) -> JsonDict:
+        raise NotImplementedError
+
+    def json(self) -> str:
+        """This action as one line of a commit file."""
+        return json.dumps({self.key: self.to_json_dict()}, separators=(",", ":"))
+
+
+@dataclass
+class Protocol(Action):
+    """The protocol versions and table features a reader or writer must support."""
+
+    key: ClassVar[str] = "protocol"
+    min_reader_version: int = 1
+    min_writer_version: int = 2
+    reader_features: list[str] | None = None
+    writer_features: list[str] | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    _FIELDS: ClassVar = ("minReaderVersion", "minWriterVersion", "readerFeatures", "writerFeatures")
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "minReaderVersion": self.min_reader_version,
+            "minWriterVersion": self.min_writer_version,
+            **_drop_none(
+                {"readerFeatures": self.reader_features, "writerFeatures": self.writer_features}
+            ),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> Protocol:
+        (reader, writer, rf, wf), rest = _pop_known(d, cls._FIELDS)
+        if reader is None or writer is None:
+            raise CorruptLogError(f"protocol action without minReaderVersion/minWriterVersion: {d}")
+        return cls(int(reader), int(writer), rf, wf, rest)
+
+
+@dataclass
+class Format:
+    """The data file format of a table (always parquet)."""
+
+    provider: str = "parquet"
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Metadata(Action):
+    """The table's id, schema, partition columns and configuration."""
+
+    key: ClassVar[str] = "metaData"
+    id: str = ""
+    schema_string: str | None = None
+    partition_columns: list[str] = field(default_factory=list)
+    configuration: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    description: str | None = None
+    format: Format = field(default_factory=Format)
+    created_time: int | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    _FIELDS: ClassVar = (
+        "id",
+        "schemaString",
+        "partitionColumns",
+        "configuration",
+        "name",
+        "description",
+        "format",
+        "createdTime",
+    )
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "id": self.id,
+            **_drop_none({"name": self.name, "description": self.description}),
+            "format": {"provider": self.format.provider, "options": self.format.options},
+            "schemaString": self.schema_string,
+            "partitionColumns": self.partition_columns,
+            "configuration": self.configuration,
+            **_drop_none({"createdTime": self.created_time}),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> Metadata:
+        (mid, schema, parts, conf, name, desc, fmt, created), rest = _pop_known(d, cls._FIELDS)
+        fmt = fmt or {}
+        return cls(
+            id=mid or "",
+            schema_string=schema,
+            partition_columns=list(parts or []),
+            configuration=dict(conf or {}),
+            name=name,
+            description=desc,
+            format=Format(fmt.get("provider") or "parquet", dict(fmt.get("options") or {})),
+            created_time=created,
+            extra=rest,
+        )
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The table schema as a pyarrow schema."""
+        from airflow_delta.engine.schema import schema_from_json
+
+        if self.schema_string is None:
+            raise CorruptLogError(f"Metadata of table id {self.id!r} has no schemaString")
+        return schema_from_json(self.schema_string)
+
+
+_ADD_FIELDS = (
+    "path",
+    "partitionValues",
+    "size",
+    "modificationTime",
+    "dataChange",
+    "stats",
+    "tags",
+    "deletionVector",
+    "baseRowId",
+    "defaultRowCommitVersion",
+    "clusteringProvider",
+)
+
+
+@dataclass
+class AddFile(Action):
+    """A data file added to the table."""
+
+    key: ClassVar[str] = "add"
+    path: str = ""
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    size: int = 0
+    modification_time: int = 0
+    data_change: bool = True
+    stats: str | None = None
+    tags: dict[str, str] | None = None
+    deletion_vector: DeletionVectorDescriptor | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+    clustering_provider: str | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "path": self.path,
+            "partitionValues": self.partition_values,
+            "size": self.size,
+            "modificationTime": self.modification_time,
+            "dataChange": self.data_change,
+            **_drop_none(
+                {
+                    "stats": self.stats,
+                    "tags": self.tags,
+                    "deletionVector": self.deletion_vector
+                    and self.deletion_vector.to_json_dict(),
+                    "baseRowId": self.base_row_id,
+                    "defaultRowCommitVersion": self.default_row_commit_version,
+                    "clusteringProvider": self.clustering_provider,
+                }
+            ),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> AddFile:
+        (path, pv, size, mtime, dc, stats, tags, dv, brid, drcv, cp), rest = _pop_known(
+            d, _ADD_FIELDS
+        )
+        if path is None:
+            raise CorruptLogError(f"add action without a path: {d}")
+        return cls(
+            path=path,
+            partition_values=dict(pv or {}),
+            size=size or 0,
+            modification_time=mtime or 0,
+            data_change=True if dc is None else bool(dc),
+            stats=stats,
+            tags=tags,
+            deletion_vector=DeletionVectorDescriptor.from_json_dict(dv),
+            base_row_id=brid,
+            default_row_commit_version=drcv,
+            clustering_provider=cp,
+            extra=rest,
+        )
+
+    @property
+    def parsed_stats(self) -> JsonDict:
+        """The stats JSON parsed (empty when the file has no stats)."""
+        return json.loads(self.stats) if self.stats else {}
+
+    @property
+    def num_records(self) -> int | None:
+        return self.parsed_stats.get("numRecords")
+
+    def remove(self, deletion_timestamp: int, data_change: bool = True) -> RemoveFile:
+        """The RemoveFile that logically deletes this file."""
+        return RemoveFile(
+            path=self.path,
+            deletion_timestamp=deletion_timestamp,
+            data_change=data_change,
+            extended_file_metadata=True,
+            partition_values=self.partition_values,
+            size=self.size,
+            stats=self.stats,
+            tags=self.tags,
+            deletion_vector=self.deletion_vector,
+            base_row_id=self.base_row_id,
+            default_row_commit_version=self.default_row_commit_version,
+        )
+
+
+_REMOVE_FIELDS = (
+    "path",
+    "deletionTimestamp",
+    "dataChange",
+    "extendedFileMetadata",
+    "partitionValues",
+    "size",
+    "stats",
+    "tags",
+    "deletionVector",
+    "baseRowId",
+    "defaultRowCommitVersion",
+)
+
+
+@dataclass
+class RemoveFile(Action):
+    """A data file logically removed from the table (a tombstone until vacuumed)."""
+
+    key: ClassVar[str] = "remove"
+    path: str = ""
+    deletion_timestamp: int | None = None
+    data_change: bool = True
+    extended_file_metadata: bool | None = None
+    partition_values: dict[str, str | None] | None = None
+    size: int | None = None
+    stats: str | None = None
+    tags: dict[str, str] | None = None
+    deletion_vector: DeletionVectorDescriptor | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "path": self.path,
+            **_drop_none({"deletionTimestamp": self.deletion_timestamp}),
+            "dataChange": self.data_change,
+            **_drop_none(
+                {
+                    "extendedFileMetadata": self.extended_file_metadata,
+                    "partitionValues": self.partition_values,
+                    "size": self.size,
+                    "stats": self.stats,
+                    "tags": self.tags,
+                    "deletionVector": self.deletion_vector
+                    and self.deletion_vector.to_json_dict(),
+                    "baseRowId": self.base_row_id,
+                    "defaultRowCommitVersion": self.default_row_commit_version,
+                }
+            ),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> RemoveFile:
+        (path, ts, dc, ext, pv, size, stats, tags, dv, brid, drcv), rest = _pop_known(
+            d, _REMOVE_FIELDS
+        )
+        if path is None:
+            raise CorruptLogError(f"remove action without a path: {d}")
+        return cls(
+            path=path,
+            deletion_timestamp=ts,
+            data_change=True if dc is None else bool(dc),
+            extended_file_metadata=ext,
+            partition_values=pv,
+            size=size,
+            stats=stats,
+            tags=tags,
+            deletion_vector=DeletionVectorDescriptor.from_json_dict(dv),
+            base_row_id=brid,
+            default_row_commit_version=drcv,
+            extra=rest,
+        )
+
+
+@dataclass
+class AddCDCFile(Action):
+    """A change data file of a version (ignored by snapshot replay)."""
+
+    key: ClassVar[str] = "cdc"
+    path: str = ""
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    size: int = 0
+    data_change: bool = False
+    tags: dict[str, str] | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "path": self.path,
+            "partitionValues": self.partition_values,
+            "size": self.size,
+            "dataChange": self.data_change,
+            **_drop_none({"tags": self.tags}),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> AddCDCFile:
+        (path, pv, size, dc, tags), rest = _pop_known(
+            d, ("path", "partitionValues", "size", "dataChange", "tags")
+        )
+        return cls(path or "", dict(pv or {}), size or 0, bool(dc), tags, rest)
+
+
+@dataclass
+class SetTransaction(Action):
+    """The latest version an application committed, for idempotent writes."""
+
+    key: ClassVar[str] = "txn"
+    app_id: str = ""
+    version: int = 0
+    last_updated: int | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "appId": self.app_id,
+            "version": self.version,
+            **_drop_none({"lastUpdated": self.last_updated}),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> SetTransaction:
+        (app_id, version, last), rest = _pop_known(d, ("appId", "version", "lastUpdated"))
+        if app_id is None or version is None:
+            raise CorruptLogError(f"txn action without appId/version: {d}")
+        return cls(app_id, int(version), last, rest)
+
+
+@dataclass
+class DomainMetadata(Action):
+    """Configuration of a named metadata domain; `removed` makes it a tombstone."""
+
+    key: ClassVar[str] = "domainMetadata"
+    domain: str = ""
+    configuration: str = ""
+    removed: bool = False
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "domain": self.domain,
+            "configuration": self.configuration,
+            "removed": self.removed,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> DomainMetadata:
+        (domain, conf, removed), rest = _pop_known(d, ("domain", "configuration", "removed"))
+        if domain is None:
+            raise CorruptLogError(f"domainMetadata action without a domain: {d}")
+        return cls(domain, conf or "", bool(removed), rest)
+
+
+@dataclass
+class CommitInfo(Action):
+    """Provenance of a commit. Free-form in the spec: every field is kept as found."""
+
+    key: ClassVar[str] = "commitInfo"
+    info: JsonDict = field(default_factory=dict)
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return dict(self.info)
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> CommitInfo:
+        return cls(dict(d))
+
+    @property
+    def timestamp(self) -> int | None:
+        return self.info.get("timestamp")
+
+    @property
+    def in_commit_timestamp(self) -> int | None:
+        return self.info.get("inCommitTimestamp")
+
+    @property
+    def operation(self) -> str | None:
+        return self.info.get("operation")
+
+
+@dataclass
+class Sidecar(Action):
+    """A v2 checkpoint's pointer to a parquet file of file actions in `_delta_log/_sidecars`."""
+
+    key: ClassVar[str] = "sidecar"
+    path: str = ""
+    size_in_bytes: int = 0
+    modification_time: int = 0
+    tags: dict[str, str] | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {
+            "path": self.path,
+            "sizeInBytes": self.size_in_bytes,
+            "modificationTime": self.modification_time,
+            **_drop_none({"tags": self.tags}),
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> Sidecar:
+        (path, size, mtime, tags), rest = _pop_known(
+            d, ("path", "sizeInBytes", "modificationTime", "tags")
+        )
+        if path is None:
+            raise CorruptLogError(f"sidecar action without a path: {d}")
+        return cls(path, size or 0, mtime or 0, tags, rest)
+
+
+@dataclass
+class CheckpointMetadata(Action):
+    """The version a v2 checkpoint describes."""
+
+    key: ClassVar[str] = "checkpointMetadata"
+    version: int = 0
+    tags: dict[str, str] | None = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def to_json_dict(self) -> JsonDict:
+        return {"version": self.version, **_drop_none({"tags": self.tags}), **self.extra}
+
+    @classmethod
+    def from_json_dict(cls, d: JsonDict) -> CheckpointMetadata:
+        (version, tags), rest = _pop_known(d, ("version", "tags"))
+        return cls(int(version or 0), tags, rest)
+
+
+@dataclass
+class UnknownAction(Action):
+    """An action this engine does not know; kept so it can be written back unchanged."""
+
+    name: str = ""
+    body: Any = None
+    extra: JsonDict = field(default_factory=dict, repr=False)
+
+    def json(self) -> str:
+        return json.dumps({self.name: self.body}, separators=(",", ":"))
+
+
+ACTION_TYPES: dict[str, type[Action]] = {
+    cls.key: cls
+    for cls in (
+        Protocol,
+        Metadata,
+        AddFile,
+        RemoveFile,
+        AddCDCFile,
+        SetTransaction,
+        DomainMetadata,
+        CommitInfo,
+        Sidecar,
+        CheckpointMetadata,
+    )
+}
+
+
+def action_from_json_dict(wrapper: JsonDict) -> Action:
+    """Decode one log line already parsed from JSON: `{"<action>": {...}}`."""
+    if len(wrapper) != 1:
+        raise CorruptLogError(f"a log line must hold exactly one action, found {list(wrapper)}")
+    ((name, body),) = wrapper.items()
+    cls = ACTION_TYPES.get(name)
+    if cls is None:
+        return UnknownAction(name=name, body=body)
+    if not isinstance(body, dict):
+        raise CorruptLogError(f"action {name!r} is not a JSON object: {body!r}")
+    return cls.from_json_dict(body)  # type: ignore[attr-defined]
+
+
+def parse_actions(data: bytes, source: str) -> list[Action]:
+    """Decode a newline-delimited JSON log file into actions; `source` names it in errors."""
+    actions: list[Action] = []
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            wrapper = json.loads(line)
+        except ValueError as exc:
+            raise CorruptLogError(f"{source}: line {lineno} is not valid JSON ({exc})") from None
+        if not isinstance(wrapper, dict):
+            raise CorruptLogError(f"{source}: line {lineno} is not a JSON object")
+        actions.append(action_from_json_dict(wrapper))
+    return actions
+
+
+def serialize_actions(actions: list[Action]) -> bytes:
+    """Encode actions as the bytes of a commit file."""
+    return ("\n".join(a.json() for a in actions) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The operation a commit records in commitInfo (`WRITE`, `MERGE`, ...)."""
+
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+# -- columnar codec -------------------------------------------------------------------------
+
+STRING_MAP = pa.map_(pa.string(), pa.string())
+
+DV_TYPE = pa.struct(
+    [
+        ("storageType", pa.string()),
+        ("pathOrInlineDv", pa.string()),
+        ("offset", pa.int32()),
+        ("sizeInBytes", pa.int32()),
+        ("cardinality", pa.int64()),
+        ("maxRowIndex", pa.int64()),
+    ]
+)
+
+ADD_TYPE = pa.struct(
+    [
+        ("path", pa.string()),
+        ("partitionValues", STRING_MAP),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("stats", pa.string()),
+        ("tags", STRING_MAP),
+        ("deletionVector", DV_TYPE),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+        ("clusteringProvider", pa.string()),
+    ]
+)
+
+REMOVE_TYPE = pa.struct(
+    [
+        ("path", pa.string()),
+        ("deletionTimestamp", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("extendedFileMetadata", pa.bool_()),
+        ("partitionValues", STRING_MAP),
+        ("size", pa.int64()),
+        ("deletionVector", DV_TYPE),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+    ]
+)
+
+PROTOCOL_TYPE = pa.struct(
+    [
+        ("minReaderVersion", pa.int32()),
+        ("minWriterVersion", pa.int32()),
+        ("readerFeatures", pa.list_(pa.string())),
+        ("writerFeatures", pa.list_(pa.string())),
+    ]
+)
+
+METADATA_TYPE = pa.struct(
+    [
+        ("id", pa.string()),
+        ("name", pa.string()),
+        ("description", pa.string()),
+        ("format", pa.struct([("provider", pa.string()), ("options", STRING_MAP)])),
+        ("schemaString", pa.string()),
+        ("partitionColumns", pa.list_(pa.string())),
+        ("configuration", STRING_MAP),
+        ("createdTime", pa.int64()),
+    ]
+)
+
+TXN_TYPE = pa.struct(
+    [("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())]
+)
+
+DOMAIN_METADATA_TYPE = pa.struct(
+    [("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]
+)
+
+SIDECAR_TYPE = pa.struct(
+    [
+        ("path", pa.string()),
+        ("sizeInBytes", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("tags", STRING_MAP),
+    ]
+)
+
+#: The columns of a checkpoint this engine reads and writes, by action key.
+CHECKPOINT_COLUMNS: dict[str, pa.StructType] = {
+    "protocol": PROTOCOL_TYPE,
+    "metaData": METADATA_TYPE,
+    "txn": TXN_TYPE,
+    "domainMetadata": DOMAIN_METADATA_TYPE,
+    "add": ADD_TYPE,
+    "remove": REMOVE_TYPE,
+}
+
+
+def _dv_from_row(row: JsonDict | None) -> DeletionVectorDescriptor | None:
+    return DeletionVectorDescriptor.from_json_dict(row) if row else None
+
+
+def _map_from_row(pairs: list[tuple[str, str | None]] | None) -> dict[str, str | None] | None:
+    return None if pairs is None else dict(pairs)
+
+
+def add_files_from_arrow(adds: pa.StructArray | pa.Table) -> list[AddFile]:
+    """AddFile objects for rows of the ADD_TYPE columnar form (only for callers that ask)."""
+    rows = adds.to_pylist() if isinstance(adds, pa.StructArray) else adds.to_pylist()
+    return [
+        AddFile(
+            path=r["path"],
+            partition_values=_map_from_row(r["partitionValues"]) or {},
+            size=r["size"] or 0,
+            modification_time=r["modificationTime"] or 0,
+            data_change=bool(r["dataChange"]),
+            stats=r["stats"],
+            tags=_map_from_row(r["tags"]),  # type: ignore[arg-type]
+            deletion_vector=_dv_from_row(r["deletionVector"]),
+            base_row_id=r["baseRowId"],
+            default_row_commit_version=r["defaultRowCommitVersion"],
+            clustering_provider=r.get("clusteringProvider"),
+        )
+        for r in rows
+    ]
+
+
+def remove_files_from_arrow(removes: pa.StructArray | pa.Table) -> list[RemoveFile]:
+    """RemoveFile objects for rows of the REMOVE_TYPE columnar form."""
+    return [
+        RemoveFile(
+            path=r["path"],
+            deletion_timestamp=r["deletionTimestamp"],
+            data_change=bool(r["dataChange"]),
+            extended_file_metadata=r["extendedFileMetadata"],
+            partition_values=_map_from_row(r["partitionValues"]),
+            size=r["size"],
+            deletion_vector=_dv_from_row(r["deletionVector"]),
+            base_row_id=r["baseRowId"],
+            default_row_commit_version=r["defaultRowCommitVersion"],
+        )
+        for r in removes.to_pylist()
+    ]

@@ -1,0 +1,327 @@
+"""Checkpoints: reading classic, multi-part and v2 checkpoints, and writing classic ones.
+
+A checkpoint holds one action per row, each action in its own struct column (`add`, `remove`,
+`metaData`, `protocol`, `txn`, `domainMetadata`, and in v2 checkpoints `checkpointMetadata` and
+`sidecar`). Only the struct fields this engine uses are read (never `stats_parsed` or
+`partitionValues_parsed`), straight into the columnar form log replay works on.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_delta.engine import filenames
+from airflow_delta.engine.actions import (
+    ADD_TYPE,
+    CHECKPOINT_COLUMNS,
+    DOMAIN_METADATA_TYPE,
+    METADATA_TYPE,
+    PROTOCOL_TYPE,
+    REMOVE_TYPE,
+    SIDECAR_TYPE,
+    TXN_TYPE,
+    CheckpointMetadata,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    SetTransaction,
+    Sidecar,
+)
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.log_store import FileStatus, LogStore
+from airflow_delta.engine.replay import LogBatch, parse_log_batch
+
+#: Above this many actions a checkpoint is split into a multi-part checkpoint.
+DEFAULT_CHECKPOINT_PART_SIZE = 5_000_000
+
+_READ_COLUMNS: dict[str, pa.StructType] = {
+    **CHECKPOINT_COLUMNS,
+    "checkpointMetadata": pa.struct([("version", pa.int64())]),
+    "sidecar": SIDECAR_TYPE,
+}
+
+
+def conform(arr: pa.Array, target: pa.StructType) -> pa.StructArray:
+    """Reshape a struct array read from any writer into `target`: fields picked, cast, or null."""
+    children = []
+    for f in target:
+        idx = arr.type.get_field_index(f.name)
+        if idx < 0:
+            children.append(pa.nulls(len(arr), f.type))
+            continue
+        child = arr.field(idx)
+        if pa.types.is_struct(f.type):
+            child = conform(child, f.type)
+        elif child.type != f.type:
+            child = child.cast(f.type)
+        children.append(child)
+    mask = arr.is_null() if arr.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+
+
+def _projection(schema: pa.Schema) -> list[str]:
+    """Dotted column paths of the checkpoint fields this engine reads that the file has."""
+    columns = []
+    for name, wanted in _READ_COLUMNS.items():
+        idx = schema.get_field_index(name)
+        if idx < 0:
+            continue
+        have = schema.field(idx).type
+        if not pa.types.is_struct(have):
+            continue
+        columns += [f"{name}.{f.name}" for f in wanted if have.get_field_index(f.name) >= 0]
+        if name == "add" and have.get_field_index("stats") < 0:
+            if have.get_field_index("stats_parsed") >= 0:
+                columns.append("add.stats_parsed")
+    return columns
+
+
+def _stats_from_parsed(adds: pa.StructArray) -> pa.StructArray:
+    """Fill missing JSON stats from `stats_parsed` (checkpoints written without JSON stats).
+
+    Only such checkpoints pay this per-file conversion.
+    """
+    parsed = adds.field("stats_parsed")
+    rows = parsed.to_pylist()
+    stats = pa.array(
+        [None if r is None else json.dumps(r, default=str, separators=(",", ":")) for r in rows],
+        pa.string(),
+    )
+    names = [f.name for f in adds.type if f.name != "stats_parsed"]
+    children = [adds.field(n) for n in names]
+    return pa.StructArray.from_arrays(
+        [*children, stats], names=[*names, "stats"], mask=adds.is_null()
+    )
+
+
+def _open_parquet(store: LogStore, path: str) -> pq.ParquetFile:
+    if isinstance(store.fs, LocalFileSystem):
+        return pq.ParquetFile(path, memory_map=True)
+    return pq.ParquetFile(store.fs.open(path, "rb"))
+
+
+def _read_parquet_actions(store: LogStore, path: str) -> pa.Table:
+    try:
+        pf = _open_parquet(store, path)
+        return pf.read(columns=_projection(pf.schema_arrow), use_threads=False)
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptLogError(f"checkpoint file {path} cannot be read: {exc}") from None
+
+
+def _rows(table: pa.Table, name: str, type_: pa.StructType) -> list[dict[str, Any]]:
+    """The non-null rows of a small action column as JSON-shaped dicts."""
+    if name not in table.column_names:
+        return []
+    col = table.column(name).combine_chunks()
+    col = conform(col.filter(col.is_valid()), type_)
+    return [_json_shape(r) for r in col.to_pylist()]
+
+
+def _json_shape(value: Any) -> Any:
+    """Arrow's Python form of a row turned into the log's JSON shape (maps become dicts)."""
+    if isinstance(value, dict):
+        return {k: _json_shape(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list) and value and isinstance(value[0], tuple):
+        return dict(value)
+    return value
+
+
+def _file_actions(tables: Sequence[pa.Table], name: str, type_: pa.StructType) -> pa.StructArray:
+    parts = []
+    for t in tables:
+        if name in t.column_names:
+            col = t.column(name).combine_chunks()
+            if col.null_count < len(col):
+                col = col.filter(col.is_valid())
+                if col.type.get_field_index("stats_parsed") >= 0:
+                    col = _stats_from_parsed(col)
+                parts.append(conform(col, type_))
+    return pa.concat_arrays(parts) if parts else pa.array([], type=type_)
+
+
+def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus]) -> LogBatch:
+    """Read the files of one checkpoint (all parts, or a v2 top-level file and its sidecars)."""
+    tables: list[pa.Table] = []
+    batch = LogBatch(is_checkpoint=True)
+    for f in files:
+        if f.name.endswith(".json"):
+            part = parse_log_batch(store.read(f.path), f.path)
+            batch.protocol = part.protocol or batch.protocol
+            batch.metadata = part.metadata or batch.metadata
+            batch.txns += part.txns
+            batch.domains += part.domains
+            batch.sidecars += part.sidecars
+            batch.checkpoint_metadata = part.checkpoint_metadata
+            tables.append(pa.table({"add": part.adds, "remove": part.removes}))
+            continue
+        t = _read_parquet_actions(store, f.path)
+        tables.append(t)
+        for r in _rows(t, "protocol", PROTOCOL_TYPE):
+            batch.protocol = Protocol.from_json_dict(r)
+        for r in _rows(t, "metaData", METADATA_TYPE):
+            batch.metadata = Metadata.from_json_dict(r)
+        batch.txns += [SetTransaction.from_json_dict(r) for r in _rows(t, "txn", TXN_TYPE)]
+        batch.domains += [
+            DomainMetadata.from_json_dict(r) for r in _rows(t, "domainMetadata", DOMAIN_METADATA_TYPE)
+        ]
+        batch.sidecars += [Sidecar.from_json_dict(r) for r in _rows(t, "sidecar", SIDECAR_TYPE)]
+        for r in _rows(t, "checkpointMetadata", _READ_COLUMNS["checkpointMetadata"]):
+            batch.checkpoint_metadata = CheckpointMetadata.from_json_dict(r)
+    sidecar_dir = store.join(log_path, filenames.SIDECAR_DIR)
+    for sc in batch.sidecars:
+        path = sc.path if "/" in sc.path else store.join(sidecar_dir, sc.path)
+        try:
+            tables.append(_read_parquet_actions(store, path))
+        except FileNotFoundError:
+            raise CorruptLogError(f"checkpoint sidecar {path} is missing") from None
+    batch.adds = _file_actions(tables, "add", ADD_TYPE)
+    batch.removes = _file_actions(tables, "remove", REMOVE_TYPE)
+    return batch
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """What a checkpoint write produced; `num_actions` is the `size` of `_last_checkpoint`."""
+
+    version: int
+    parts: int
+    num_actions: int
+    size_in_bytes: int
+    num_of_add_files: int
+
+
+def _protocol_row(p: Protocol) -> dict[str, Any]:
+    return {
+        "minReaderVersion": p.min_reader_version,
+        "minWriterVersion": p.min_writer_version,
+        "readerFeatures": (p.reader_features or []) if p.min_reader_version >= 3 else None,
+        "writerFeatures": (p.writer_features or []) if p.min_writer_version >= 7 else None,
+    }
+
+
+def _metadata_row(m: Metadata) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "name": m.name,
+        "description": m.description,
+        "format": {"provider": m.format.provider, "options": m.format.options},
+        "schemaString": m.schema_string,
+        "partitionColumns": m.partition_columns,
+        "configuration": m.configuration,
+        "createdTime": m.created_time,
+    }
+
+
+def _column_table(columns: dict[str, pa.Array]) -> pa.Table:
+    """A table of all checkpoint columns where only `columns` carry values."""
+    n = len(next(iter(columns.values())))
+    return pa.table(
+        {name: columns.get(name, pa.nulls(n, type_)) for name, type_ in CHECKPOINT_COLUMNS.items()}
+    )
+
+
+def checkpoint_table(
+    protocol: Protocol,
+    metadata: Metadata,
+    txns: Sequence[SetTransaction],
+    domains: Sequence[DomainMetadata],
+    adds: pa.StructArray,
+    tombstones: pa.StructArray,
+) -> pa.Table:
+    """The rows of a checkpoint in the seed's order: protocol, metadata, txns, domains, files.
+
+    AddFiles and tombstones are written with dataChange=false, as InMemoryLogReplay keeps them.
+    """
+    small = [
+        _column_table({"protocol": pa.array([_protocol_row(protocol)], PROTOCOL_TYPE)}),
+        _column_table({"metaData": pa.array([_metadata_row(metadata)], METADATA_TYPE)}),
+    ]
+    if txns:
+        small.append(
+            _column_table({"txn": pa.array([t.to_json_dict() for t in txns], TXN_TYPE)})
+        )
+    if domains:
+        rows = [d.to_json_dict() for d in domains]
+        small.append(_column_table({"domainMetadata": pa.array(rows, DOMAIN_METADATA_TYPE)}))
+    files = [
+        _column_table({name: _without_data_change(arr)})
+        for name, arr in (("add", adds), ("remove", tombstones))
+        if len(arr)
+    ]
+    return pa.concat_tables(small + files)
+
+
+def _without_data_change(arr: pa.StructArray) -> pa.StructArray:
+    children = [arr.field(i) for i in range(arr.type.num_fields)]
+    children[arr.type.get_field_index("dataChange")] = pa.array(np.zeros(len(arr), dtype=bool))
+    return pa.StructArray.from_arrays(children, fields=list(arr.type))
+
+
+def write_checkpoint(
+    store: LogStore,
+    log_path: str,
+    version: int,
+    table: pa.Table,
+    num_of_add_files: int,
+    part_size: int = DEFAULT_CHECKPOINT_PART_SIZE,
+) -> CheckpointResult:
+    """Write `table` as the checkpoint of `version` (multi-part above `part_size` actions).
+
+    Parts are written whole-file atomically (rewriting a checkpoint of the same version is
+    harmless: its content is the same). `_last_checkpoint` is written last, and only moves
+    forward.
+    """
+    n = table.num_rows
+    parts = max(1, -(-n // part_size))
+    names = (
+        [filenames.checkpoint_file_single(version)]
+        if parts == 1
+        else filenames.checkpoint_file_parts(version, parts)
+    )
+    rows_per_part = -(-n // parts)
+    size_in_bytes = 0
+    for i, name in enumerate(names):
+        buf = io.BytesIO()
+        pq.write_table(table.slice(i * rows_per_part, rows_per_part), buf, compression="snappy")
+        data = buf.getvalue()
+        size_in_bytes += len(data)
+        store.write(store.join(log_path, name), data, overwrite=True)
+    result = CheckpointResult(version, parts, n, size_in_bytes, num_of_add_files)
+    hint = read_last_checkpoint(store, log_path)
+    if hint is None or hint.get("version", -1) <= version:
+        body = {
+            "version": version,
+            "size": n,
+            **({"parts": parts} if parts > 1 else {}),
+            "sizeInBytes": size_in_bytes,
+            "numOfAddFiles": num_of_add_files,
+        }
+        data = json.dumps(body, separators=(",", ":")).encode()
+        store.write(store.join(log_path, filenames.LAST_CHECKPOINT), data, overwrite=True)
+    return result
+
+
+def read_last_checkpoint(store: LogStore, log_path: str) -> dict[str, Any] | None:
+    """The `_last_checkpoint` hint, or None when it is missing or not sound JSON."""
+    try:
+        data = store.read(store.join(log_path, filenames.LAST_CHECKPOINT))
+        hint = json.loads(data)
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(hint, dict) or not isinstance(hint.get("version"), int):
+        return None
+    return hint

@@ -1,0 +1,252 @@
+"""DeltaLog: the entry point to a table's transaction log."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import date, datetime, timezone
+from typing import Any
+
+from airflow_delta.engine import filenames
+from airflow_delta.engine.checkpoints import (
+    DEFAULT_CHECKPOINT_PART_SIZE,
+    CheckpointResult,
+    checkpoint_table,
+    read_checkpoint,
+    read_last_checkpoint,
+    write_checkpoint,
+)
+from airflow_delta.engine.config import TableConfig
+from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.features import check_checkpoint_support
+from airflow_delta.engine.log_store import FileStatus, get_log_store
+from airflow_delta.engine.snapshot import LogSegment, Snapshot, build_log_segment
+
+log = logging.getLogger(__name__)
+
+Timestamp = datetime | date | str | int | float
+
+
+def to_epoch_ms(ts: Timestamp) -> int:
+    """Milliseconds since the epoch of a datetime, ISO-8601 string or number of ms.
+
+    Naive datetimes and strings without an offset are taken as UTC.
+    """
+    if isinstance(ts, int | float):
+        return int(ts)
+    if isinstance(ts, str):
+        text = ts.strip().replace("Z", "+00:00")
+        try:
+            ts = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"not an ISO-8601 timestamp: {ts!r}") from None
+    if not isinstance(ts, datetime):
+        ts = datetime(ts.year, ts.month, ts.day)
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return int(ts.timestamp() * 1000)
+
+
+class DeltaLog:
+    """A table's `_delta_log`: snapshots, time travel, checkpoints and history."""
+
+    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None):
+        self.table_uri = table_uri
+        self.storage_options = dict(storage_options or {})
+        self.store, self.table_path = get_log_store(table_uri, self.storage_options)
+        self.log_path = self.store.join(self.table_path, "_delta_log")
+
+    @classmethod
+    def for_table(
+        cls, uri: str, storage_options: Mapping[str, str] | None = None
+    ) -> DeltaLog:
+        """The DeltaLog of the table at `uri` (local path, file://, s3://, memory://)."""
+        return cls(uri, storage_options)
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def _list(self, start_name: str = "") -> list[FileStatus]:
+        listing = self.store.list_from(self.log_path, start_name)
+        if not listing and not start_name:
+            what = "does not exist" if not self.store.exists(self.log_path) else "is empty"
+            raise TableNotFoundError(
+                f"{self.table_uri} is not a Delta table: {self.log_path} {what}. "
+                "Check the path, or create the table first."
+            )
+        return listing
+
+    def _segment_from_hint(self) -> LogSegment | None:
+        """The latest log segment found by listing from `_last_checkpoint`, if it is sound."""
+        hint = read_last_checkpoint(self.store, self.log_path)
+        if hint is None:
+            return None
+        listing = self.store.list_from(self.log_path, filenames.version_prefix(hint["version"]))
+        try:
+            segment = build_log_segment(self.table_uri, self.log_path, listing)
+        except (CorruptLogError, TableNotFoundError, VersionNotFoundError):
+            return None
+        if segment.checkpoint_version is None:
+            log.info(
+                "Ignoring _last_checkpoint of %s: checkpoint %s not found",
+                self.table_uri,
+                hint["version"],
+            )
+            return None
+        return segment
+
+    def _load(self, segment: LogSegment | None, version: int | None) -> Snapshot:
+        """Load a snapshot, falling back to older checkpoints when one cannot be read."""
+        excluded: set[int] = set()
+        listing: list[FileStatus] | None = None
+        while True:
+            if segment is None:
+                listing = listing if listing is not None else self._list()
+                segment = build_log_segment(
+                    self.table_uri, self.log_path, listing, version, frozenset(excluded)
+                )
+            batch = None
+            if segment.checkpoint_version is not None:
+                try:
+                    batch = read_checkpoint(self.store, self.log_path, segment.checkpoint_files)
+                except (CorruptLogError, FileNotFoundError) as exc:
+                    log.warning(
+                        "Checkpoint %s of %s is unreadable (%s); replaying from an older one",
+                        segment.checkpoint_version,
+                        self.table_uri,
+                        exc,
+                    )
+                    excluded.add(segment.checkpoint_version)
+                    segment = None
+                    continue
+            return Snapshot.load(self, segment, batch)
+
+    def update(self) -> Snapshot:
+        """The latest snapshot of the table."""
+        return self._load(self._segment_from_hint(), None)
+
+    def snapshot_at(
+        self, version: int | None = None, timestamp: Timestamp | None = None
+    ) -> Snapshot:
+        """The snapshot at `version`, or the latest committed at or before `timestamp`."""
+        if version is not None and timestamp is not None:
+            raise ValueError("pass either version or timestamp, not both")
+        if timestamp is not None:
+            version = self.version_at_timestamp(timestamp)
+        if version is None:
+            return self.update()
+        if version < 0:
+            raise VersionNotFoundError(f"Cannot time travel table {self.table_uri} to {version}")
+        return self._load(None, version)
+
+    def commit_timestamps(self) -> list[tuple[int, int]]:
+        """(version, timestamp ms) of every commit file, made strictly increasing.
+
+        Uses inCommitTimestamp from the versions where the table enabled it, and the commit
+        file's modification time before that (adjusted to be monotonic, as Delta does).
+        """
+        commits = [
+            (p.version, f)
+            for f in self._list()
+            if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
+        ]
+        if not commits:
+            raise TableNotFoundError(f"{self.table_uri} has no commit files")
+        config = TableConfig(self.update().metadata.configuration)
+        ict_from = (
+            config.in_commit_timestamp_enablement_version or 0
+            if config.in_commit_timestamps_enabled
+            else None
+        )
+        out: list[tuple[int, int]] = []
+        prev = -1
+        for version, f in commits:
+            ts = f.modification_time
+            if ict_from is not None and version >= ict_from:
+                ts = self._in_commit_timestamp(f) or ts
+            ts = max(ts, prev + 1)
+            out.append((version, ts))
+            prev = ts
+        return out
+
+    def _in_commit_timestamp(self, f: FileStatus) -> int | None:
+        first = self.store.read(f.path).split(b"\n", 1)[0]
+        try:
+            info = json.loads(first).get("commitInfo") or {}
+        except ValueError:
+            return None
+        return info.get("inCommitTimestamp")
+
+    def version_at_timestamp(self, timestamp: Timestamp) -> int:
+        """The latest version committed at or before `timestamp`."""
+        ts = to_epoch_ms(timestamp)
+        stamps = self.commit_timestamps()
+        eligible = [v for v, t in stamps if t <= ts]
+        if not eligible:
+            first_v, first_ts = stamps[0]
+            raise VersionNotFoundError(
+                f"Cannot time travel table {self.table_uri} to {timestamp}: it is before the "
+                f"earliest available commit (version {first_v} at "
+                f"{datetime.fromtimestamp(first_ts / 1000, timezone.utc).isoformat()})."
+            )
+        return eligible[-1]
+
+    # -- checkpoints and history -------------------------------------------------------
+
+    def checkpoint(
+        self, snapshot: Snapshot | None = None, part_size: int = DEFAULT_CHECKPOINT_PART_SIZE
+    ) -> CheckpointResult:
+        """Write a classic (or multi-part, above `part_size` actions) checkpoint of `snapshot`."""
+        snapshot = snapshot or self.update()
+        check_checkpoint_support(snapshot.protocol, self.table_uri)
+        files = snapshot.files()
+        table = checkpoint_table(
+            snapshot.protocol,
+            snapshot.metadata,
+            list(snapshot.set_transactions.values()),
+            list(snapshot.domain_metadata.values()),
+            files,
+            snapshot.tombstones(),
+        )
+        result = write_checkpoint(
+            self.store, self.log_path, snapshot.version, table, len(files), part_size
+        )
+        log.info(
+            "Checkpointed table %s at version %s (%s parts, %s actions)",
+            self.table_uri,
+            result.version,
+            result.parts,
+            result.num_actions,
+        )
+        return result
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """commitInfo of each commit plus its `version`, newest first."""
+        commits = sorted(
+            (
+                (p.version, f)
+                for f in self._list()
+                if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
+            ),
+            reverse=True,
+        )
+        if limit is not None:
+            commits = commits[:limit]
+        out = []
+        for version, f in commits:
+            info: dict[str, Any] = {}
+            for line in self.store.read(f.path).splitlines():
+                if b'"commitInfo"' in line:
+                    try:
+                        info = json.loads(line).get("commitInfo") or {}
+                    except ValueError:
+                        raise CorruptLogError(
+                            f"{f.path}: commitInfo line is not valid JSON"
+                        ) from None
+                    break
+            info.setdefault("timestamp", f.modification_time)
+            out.append({"version": version, **info})
+        return out
+
+    def __repr__(self) -> str:
+        return f"DeltaLog({self.table_uri!r})"

@@ -1,0 +1,64 @@
+"""The exception taxonomy of the engine.
+
+Every error names the table and, where one is involved, the version, and says what to do next.
+Conflict exceptions keep the names Delta gives them, so a user who searches for the message finds
+Delta's own documentation.
+"""
+
+from __future__ import annotations
+
+
+class DeltaError(Exception):
+    """Base class of every error raised by airflow-delta."""
+
+
+class TableNotFoundError(DeltaError):
+    """The location holds no Delta table (no `_delta_log`, or no commit in it)."""
+
+
+class CorruptLogError(DeltaError):
+    """The transaction log cannot be replayed into a valid snapshot."""
+
+
+class DeltaProtocolError(DeltaError):
+    """The table needs a protocol version or table feature this engine cannot honour."""
+
+
+class VersionNotFoundError(DeltaError):
+    """Time travel asked for a version or timestamp the log cannot reconstruct."""
+
+
+class UnsupportedStorageError(DeltaError):
+    """The filesystem cannot make commits atomic, and single-writer mode was not chosen."""
+
+
+class CommitFailedError(DeltaError):
+    """A commit was retried the maximum number of times without succeeding."""
+
+
+class DeltaConcurrentModificationException(DeltaError):
+    """Base class of the conflicts found when a concurrent commit won our version."""
+
+
+class ConcurrentAppendException(DeltaConcurrentModificationException):
+    """Files were added to the data this transaction read by a concurrent commit."""
+
+
+class ConcurrentDeleteReadException(DeltaConcurrentModificationException):
+    """A file this transaction read was removed by a concurrent commit."""
+
+
+class ConcurrentDeleteDeleteException(DeltaConcurrentModificationException):
+    """A file this transaction removes was also removed by a concurrent commit."""
+
+
+class MetadataChangedException(DeltaConcurrentModificationException):
+    """The table metadata was changed by a concurrent commit."""
+
+
+class ProtocolChangedException(DeltaConcurrentModificationException):
+    """The table protocol was changed by a concurrent commit."""
+
+
+class ConcurrentTransactionException(DeltaConcurrentModificationException):
+    """A concurrent commit wrote the same application transaction or metadata domain."""
