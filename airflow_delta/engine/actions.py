@@ -709,9 +709,9 @@ def _map_from_row(pairs: list[tuple[str, str | None]] | None) -> dict[str, str |
     return None if pairs is None else dict(pairs)
 
 
-def add_files_from_arrow(adds: pa.StructArray | pa.Table) -> list[AddFile]:
+def add_files_from_arrow(adds: pa.StructArray) -> list[AddFile]:
     """AddFile objects for rows of the ADD_TYPE columnar form (only for callers that ask)."""
-    rows = adds.to_pylist() if isinstance(adds, pa.StructArray) else adds.to_pylist()
+    rows = adds.to_pylist()
     return [
         AddFile(
             path=r["path"],
@@ -730,7 +730,7 @@ def add_files_from_arrow(adds: pa.StructArray | pa.Table) -> list[AddFile]:
     ]
 
 
-def remove_files_from_arrow(removes: pa.StructArray | pa.Table) -> list[RemoveFile]:
+def remove_files_from_arrow(removes: pa.StructArray) -> list[RemoveFile]:
     """RemoveFile objects for rows of the REMOVE_TYPE columnar form."""
     return [
         RemoveFile(

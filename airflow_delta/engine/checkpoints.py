@@ -79,9 +79,9 @@ def _projection(schema: pa.Schema) -> list[str]:
         if not pa.types.is_struct(have):
             continue
         columns += [f"{name}.{f.name}" for f in wanted if have.get_field_index(f.name) >= 0]
-        if name == "add" and have.get_field_index("stats") < 0:
-            if have.get_field_index("stats_parsed") >= 0:
-                columns.append("add.stats_parsed")
+        no_json_stats = have.get_field_index("stats") < 0
+        if name == "add" and no_json_stats and have.get_field_index("stats_parsed") >= 0:
+            columns.append("add.stats_parsed")
     return columns
 
 
@@ -172,9 +172,8 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
         for r in _rows(t, "metaData", METADATA_TYPE):
             batch.metadata = Metadata.from_json_dict(r)
         batch.txns += [SetTransaction.from_json_dict(r) for r in _rows(t, "txn", TXN_TYPE)]
-        batch.domains += [
-            DomainMetadata.from_json_dict(r) for r in _rows(t, "domainMetadata", DOMAIN_METADATA_TYPE)
-        ]
+        domains = _rows(t, "domainMetadata", DOMAIN_METADATA_TYPE)
+        batch.domains += [DomainMetadata.from_json_dict(r) for r in domains]
         batch.sidecars += [Sidecar.from_json_dict(r) for r in _rows(t, "sidecar", SIDECAR_TYPE)]
         for r in _rows(t, "checkpointMetadata", _READ_COLUMNS["checkpointMetadata"]):
             batch.checkpoint_metadata = CheckpointMetadata.from_json_dict(r)

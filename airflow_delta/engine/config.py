@@ -29,7 +29,9 @@ def parse_interval_ms(text: str) -> int:
     body = body.removeprefix("interval").strip()
     parts = _INTERVAL_PART.findall(body)
     if not parts or any(unit not in _UNIT_MS for _, unit in parts):
-        raise CorruptLogError(f"cannot parse the interval {text!r} (expected e.g. 'interval 7 days')")
+        raise CorruptLogError(
+            f"cannot parse the interval {text!r} (expected e.g. 'interval 7 days')"
+        )
     return int(sum(int(n) * _UNIT_MS[unit] for n, unit in parts))
 
 

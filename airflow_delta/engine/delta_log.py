@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any
 
 from airflow_delta.engine import filenames
@@ -44,7 +44,7 @@ def to_epoch_ms(ts: Timestamp) -> int:
     if not isinstance(ts, datetime):
         ts = datetime(ts.year, ts.month, ts.day)
     if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
+        ts = ts.replace(tzinfo=UTC)
     return int(ts.timestamp() * 1000)
 
 
@@ -187,7 +187,7 @@ class DeltaLog:
             raise VersionNotFoundError(
                 f"Cannot time travel table {self.table_uri} to {timestamp}: it is before the "
                 f"earliest available commit (version {first_v} at "
-                f"{datetime.fromtimestamp(first_ts / 1000, timezone.utc).isoformat()})."
+                f"{datetime.fromtimestamp(first_ts / 1000, UTC).isoformat()})."
             )
         return eligible[-1]
 

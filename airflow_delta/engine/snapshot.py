@@ -95,14 +95,15 @@ def build_log_segment(
     missing = [v for v in range(start, target + 1) if v not in commits]
     if missing:
         present = sorted(v for v in commits if v <= target)
-        if cp_version is None and present and missing == list(range(0, present[0])):
+        if cp_version is None and 0 not in commits:
+            earliest = _earliest(commits, checkpoints)
             if version is not None:
                 raise VersionNotFoundError(
                     f"Cannot time travel table {table} to version {target}: its history was "
-                    f"cleaned up; the earliest recoverable version is {_earliest(commits, checkpoints)}."
+                    f"cleaned up; the earliest recoverable version is {earliest}."
                 )
             raise CorruptLogError(
-                f"Table {table}: commits before version {present[0]} are missing and no "
+                f"Table {table}: commits before version {earliest} are missing and no "
                 "checkpoint covers them."
             )
         raise CorruptLogError(
