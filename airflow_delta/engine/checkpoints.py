@@ -319,7 +319,7 @@ def read_last_checkpoint(store: LogStore, log_path: str) -> dict[str, Any] | Non
     try:
         data = store.read(store.join(log_path, filenames.LAST_CHECKPOINT))
         hint = json.loads(data)
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
         return None
     if not isinstance(hint, dict) or not isinstance(hint.get("version"), int):
         return None

@@ -67,7 +67,10 @@ class DeltaLog:
     # -- snapshots ---------------------------------------------------------------------
 
     def _list(self, start_name: str = "") -> list[FileStatus]:
-        listing = self.store.list_from(self.log_path, start_name)
+        try:
+            listing = self.store.list_from(self.log_path, start_name)
+        except NotADirectoryError:
+            listing = []
         if not listing and not start_name:
             what = "does not exist" if not self.store.exists(self.log_path) else "is empty"
             raise TableNotFoundError(

@@ -1,0 +1,167 @@
+"""Malformed logs: every bad input gets a typed error or the spec's fallback, never a wrong
+snapshot or a hang."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    DeltaProtocolError,
+    TableNotFoundError,
+)
+from tests.unit.delta_log_builder import add, make_table, metadata, protocol, write_commit
+
+LOG = "_delta_log"
+
+
+def load(path) -> object:
+    return DeltaLog.for_table(str(path)).update()
+
+
+def commit_path(table, version: int):
+    return table / LOG / f"{version:020d}.json"
+
+
+def test_truncated_json_line(tmp_path) -> None:
+    make_table(tmp_path, 3)
+    data = commit_path(tmp_path, 2).read_bytes()
+    commit_path(tmp_path, 2).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptLogError, match=r"00000000000000000002\.json: line \d+ is not valid"):
+        load(tmp_path)
+
+
+def test_commit_that_is_not_json(tmp_path) -> None:
+    make_table(tmp_path, 2)
+    commit_path(tmp_path, 1).write_bytes(b"PAR1\x00\x01 binary garbage\n")
+    with pytest.raises(CorruptLogError, match="not valid JSON"):
+        load(tmp_path)
+
+
+def test_commit_line_that_is_not_an_object(tmp_path) -> None:
+    make_table(tmp_path, 2)
+    commit_path(tmp_path, 1).write_text('["add", 1]\n')
+    with pytest.raises(CorruptLogError, match="not a JSON object"):
+        load(tmp_path)
+
+
+def test_add_with_wrong_field_types(tmp_path) -> None:
+    make_table(tmp_path, 1)
+    write_commit(tmp_path, 1, [{"add": {"path": "x", "size": "big", "partitionValues": {}}}])
+    with pytest.raises(CorruptLogError, match="malformed 'add' action"):
+        load(tmp_path)
+
+
+def test_empty_commit_file(tmp_path) -> None:
+    make_table(tmp_path, 2)
+    commit_path(tmp_path, 1).write_bytes(b"")
+    with pytest.raises(CorruptLogError, match="holds no action"):
+        load(tmp_path)
+
+
+def test_truncated_checkpoint_falls_back_to_commits(tmp_path) -> None:
+    make_table(tmp_path, 4)
+    log = DeltaLog.for_table(str(tmp_path))
+    log.checkpoint()
+    cp = tmp_path / LOG / f"{3:020d}.checkpoint.parquet"
+    cp.write_bytes(cp.read_bytes()[:100])
+    snap = log.update()
+    assert (snap.version, snap.num_files, snap.log_segment.checkpoint_version) == (3, 4, None)
+
+
+def test_truncated_checkpoint_without_commits_to_fall_back_on(tmp_path) -> None:
+    make_table(tmp_path, 4)
+    log = DeltaLog.for_table(str(tmp_path))
+    log.checkpoint()
+    for v in range(3):
+        commit_path(tmp_path, v).unlink()
+    cp = tmp_path / LOG / f"{3:020d}.checkpoint.parquet"
+    cp.write_bytes(cp.read_bytes()[:100])
+    with pytest.raises(CorruptLogError):
+        log.update()
+
+
+@pytest.mark.parametrize("garbage", [b"", b"{not json", b'{"version": "three"}', b"[1, 2]"])
+def test_garbage_last_checkpoint_falls_back_to_listing(tmp_path, garbage: bytes) -> None:
+    make_table(tmp_path, 4)
+    log = DeltaLog.for_table(str(tmp_path))
+    log.checkpoint()
+    (tmp_path / LOG / "_last_checkpoint").write_bytes(garbage)
+    snap = log.update()
+    assert (snap.version, snap.num_files, snap.log_segment.checkpoint_version) == (3, 4, 3)
+
+
+def test_last_checkpoint_pointing_at_missing_checkpoint(tmp_path) -> None:
+    make_table(tmp_path, 4)
+    (tmp_path / LOG / "_last_checkpoint").write_text('{"version": 2, "size": 4}')
+    snap = load(tmp_path)
+    assert (snap.version, snap.num_files, snap.log_segment.checkpoint_version) == (3, 4, None)
+
+
+def test_version_gap(tmp_path) -> None:
+    make_table(tmp_path, 5)
+    commit_path(tmp_path, 2).unlink()
+    with pytest.raises(CorruptLogError, match=r"versions are not contiguous: missing 2"):
+        load(tmp_path)
+
+
+def test_gap_covered_by_a_checkpoint_is_fine(tmp_path) -> None:
+    make_table(tmp_path, 5)
+    log = DeltaLog.for_table(str(tmp_path))
+    log.checkpoint(log.snapshot_at(version=3))
+    commit_path(tmp_path, 2).unlink()
+    assert log.update().num_files == 5
+
+
+def test_no_delta_log(tmp_path) -> None:
+    (tmp_path / "data.parquet").write_bytes(b"PAR1")
+    with pytest.raises(TableNotFoundError, match="is not a Delta table"):
+        load(tmp_path)
+
+
+def test_empty_delta_log(tmp_path) -> None:
+    (tmp_path / LOG).mkdir()
+    with pytest.raises(TableNotFoundError, match="is empty"):
+        load(tmp_path)
+
+
+def test_path_that_does_not_exist(tmp_path) -> None:
+    with pytest.raises(TableNotFoundError):
+        load(tmp_path / "nowhere")
+
+
+def test_path_that_is_a_file(tmp_path) -> None:
+    f = tmp_path / "file.txt"
+    f.write_text("hello")
+    with pytest.raises(TableNotFoundError):
+        load(f)
+
+
+def test_unknown_reader_feature_is_named(tmp_path) -> None:
+    write_commit(
+        tmp_path,
+        0,
+        [
+            protocol(3, 7, readerFeatures=["deletionVectors", "fancyFeature"], writerFeatures=[]),
+            metadata(),
+        ],
+    )
+    with pytest.raises(DeltaProtocolError, match=r"reader features .*: fancyFeature\."):
+        load(tmp_path)
+
+
+def test_missing_protocol_and_missing_metadata(tmp_path) -> None:
+    write_commit(tmp_path / "a", 0, [metadata(), add("f")])
+    with pytest.raises(CorruptLogError, match="no protocol"):
+        load(tmp_path / "a")
+    write_commit(tmp_path / "b", 0, [protocol(), add("f")])
+    with pytest.raises(CorruptLogError, match="No metadata found"):
+        load(tmp_path / "b")
+
+
+def test_history_cleaned_without_checkpoint(tmp_path) -> None:
+    make_table(tmp_path, 3)
+    commit_path(tmp_path, 0).unlink()
+    with pytest.raises(CorruptLogError, match="commits before version 1 are missing"):
+        load(tmp_path)
