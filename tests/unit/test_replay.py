@@ -143,9 +143,9 @@ def test_multi_part_checkpoint_and_incomplete_parts_ignored(tmp_path) -> None:
     assert paths(log.update()) == [f"f{i}" for i in range(6)]
     # a newer multi-part checkpoint with a missing part must be ignored
     write_commit(tmp_path, 6, [add("f6")])
-    (tmp_path / "_delta_log" / f"{6:020d}.checkpoint.0000000001.0000000002.parquet").write_bytes(
-        (tmp_path / "_delta_log" / f"{5:020d}.checkpoint.0000000001.0000000004.parquet").read_bytes()
-    )
+    log_dir = tmp_path / "_delta_log"
+    part = (log_dir / f"{5:020d}.checkpoint.0000000001.0000000004.parquet").read_bytes()
+    (log_dir / f"{6:020d}.checkpoint.0000000001.0000000002.parquet").write_bytes(part)
     snap = log.update()
     assert snap.log_segment.checkpoint_version == 5
     assert paths(snap) == [f"f{i}" for i in range(7)]
