@@ -1,0 +1,386 @@
+"""LogStore: list, read and write the files of `_delta_log`, with an atomic put-if-absent.
+
+A commit is visible whole or not at all, and two writers never both win a version. How that
+is achieved depends on the filesystem:
+
+- local: the bytes go to a temporary file in the target directory, which is fsynced and then
+  hard-linked to the target name; `os.link` fails when the name is taken.
+- S3 (`s3://`, `s3a://`): one single-part PUT with `If-None-Match: *`.
+- memory (tests): an exists-check and a write under one process-wide lock.
+- anything else fsspec can open: reads and listings work, but a put-if-absent is refused with
+  `UnsupportedStorageError` unless the storage option `"single_writer": "true"` promises that
+  only one writer ever commits to the table.
+
+Paths handed to and returned by a LogStore are in the terms of its filesystem: absolute OS paths
+for local tables, `bucket/key` for S3, `/path` for memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from airflow_delta.engine.errors import UnsupportedStorageError
+
+log = logging.getLogger(__name__)
+
+SINGLE_WRITER_OPTION = "single_writer"
+
+# delta-rs / object_store style keys and the S3FileSystem argument each one becomes.
+_AWS_KEYS = {
+    "AWS_ACCESS_KEY_ID": "key",
+    "AWS_SECRET_ACCESS_KEY": "secret",
+    "AWS_SESSION_TOKEN": "token",
+    "AWS_ENDPOINT_URL": "endpoint_url",
+    "AWS_ENDPOINT": "endpoint_url",
+}
+_AWS_REGION_KEYS = ("AWS_REGION", "AWS_DEFAULT_REGION")
+# Accepted and consumed: s3fs speaks whatever scheme the endpoint URL names.
+_AWS_CONSUMED_KEYS = ("AWS_ALLOW_HTTP",)
+
+# Largest body S3 takes in one PUT; below it s3fs never switches to a multipart upload.
+_MAX_SINGLE_PUT = 5 * 2**30
+_memory_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """One file of a listing."""
+
+    path: str
+    name: str
+    size: int
+    modification_time: int  # milliseconds since the epoch
+
+
+class LogStore(ABC):
+    """Reads, lists and atomically writes log files on one filesystem."""
+
+    fs: fsspec.AbstractFileSystem
+
+    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
+        self.fs = fs
+
+    @abstractmethod
+    def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
+        """Files directly in `dir_path` whose name >= `start_name`, sorted by name; [] if the
+        directory is missing."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """The whole content of `path`; FileNotFoundError if it is missing."""
+
+    @abstractmethod
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """Write `data` to `path` so that readers see all of it or nothing.
+
+        With `overwrite=False` this is a put-if-absent: FileExistsError if `path` exists,
+        also when a concurrent writer took it first. With `overwrite=True` the file is replaced
+        (atomically where the filesystem allows it).
+        """
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether `path` exists."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove `path`; a missing file is not an error."""
+
+    def join(self, *parts: str) -> str:
+        """Join path parts with `/`."""
+        head, *tail = parts
+        pieces = [head.rstrip("/")] + [p.strip("/") for p in tail if p.strip("/")]
+        return "/".join(pieces)
+
+
+class LocalLogStore(LogStore):
+    """The local filesystem: put-if-absent by temporary file + fsync + `os.link`."""
+
+    def __init__(self) -> None:
+        super().__init__(fsspec.filesystem("file"))
+
+    def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
+        """Files directly in `dir_path` whose name >= `start_name`, sorted by name."""
+        try:
+            entries = [e for e in os.scandir(dir_path) if e.name >= start_name]
+        except FileNotFoundError:
+            return []
+        out = []
+        for entry in entries:
+            try:
+                if not entry.is_file():
+                    continue
+                st = entry.stat()
+            except FileNotFoundError:  # removed since the directory was read
+                continue
+            out.append(FileStatus(entry.path, entry.name, st.st_size, st.st_mtime_ns // 10**6))
+        out.sort(key=lambda f: f.name)
+        return out
+
+    def read(self, path: str) -> bytes:
+        """The whole content of `path`."""
+        with open(path, "rb") as f:
+            return f.read()
+
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """Write a fsynced temporary file next to `path`, then link (or replace) it into place."""
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` exists."""
+        return os.path.exists(path)
+
+    def delete(self, path: str) -> None:
+        """Remove `path` if present."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def join(self, *parts: str) -> str:
+        """Join with the OS path separator."""
+        head, *tail = parts
+        return os.path.join(head, *(p.strip(os.sep) for p in tail if p.strip(os.sep)))
+
+
+class FsspecLogStore(LogStore):
+    """Any fsspec filesystem: reads and lists, but refuses a concurrent-safe put-if-absent."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, scheme: str) -> None:
+        super().__init__(fs)
+        self.scheme = scheme
+
+    def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
+        """Files directly in `dir_path` whose name >= `start_name`, sorted by name."""
+        self.fs.invalidate_cache(dir_path)
+        try:
+            infos = self.fs.ls(dir_path, detail=True)
+        except FileNotFoundError:
+            return []
+        out = []
+        for info in infos:
+            name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+            if info["type"] == "file" and name >= start_name:
+                mtime = _info_mtime_ms(self.fs, info)
+                out.append(FileStatus(info["name"], name, int(info["size"]), mtime))
+        out.sort(key=lambda f: f.name)
+        return out
+
+    def read(self, path: str) -> bytes:
+        """The whole content of `path`."""
+        return self.fs.cat_file(path)
+
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """Replace `path`; a put-if-absent raises UnsupportedStorageError."""
+        if not overwrite:
+            raise UnsupportedStorageError(
+                f"cannot commit {path!r}: {self.scheme}:// has no atomic put-if-absent, so two "
+                f"writers could both write the same version. If only one writer ever commits "
+                f'to this table, pass the storage option "{SINGLE_WRITER_OPTION}": "true".'
+            )
+        self.fs.pipe_file(path, data)
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` exists."""
+        return self.fs.exists(path)
+
+    def delete(self, path: str) -> None:
+        """Remove `path` if present."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
+
+
+class SingleWriterLogStore(FsspecLogStore):
+    """Any fsspec filesystem the user promised only one writer commits to: exists-check + write."""
+
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """Write `path`; FileExistsError if it exists and `overwrite` is False."""
+        if not overwrite and self.fs.exists(path):
+            raise FileExistsError(path)
+        self.fs.pipe_file(path, data)
+
+
+class MemoryLogStore(FsspecLogStore):
+    """fsspec's in-memory filesystem (tests): put-if-absent under a process-wide lock."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
+        super().__init__(fs, "memory")
+
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """Write `path`; FileExistsError if it exists and `overwrite` is False."""
+        with _memory_lock:
+            if not overwrite and self.fs.exists(path):
+                raise FileExistsError(path)
+            self.fs.pipe_file(path, data)
+
+
+class S3LogStore(FsspecLogStore):
+    """S3 through s3fs: put-if-absent by a conditional PUT, listings straight from S3."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, page_size: int = 1000) -> None:
+        super().__init__(fs, "s3")
+        self.page_size = page_size
+
+    def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
+        """Files directly in `dir_path` whose name >= `start_name`, sorted by name.
+
+        One uncached `ListObjectsV2` per page, starting after `start_name` minus its last
+        character (StartAfter is exclusive), so older files are not listed at all.
+        """
+        bucket, key, _ = self.fs.split_path(dir_path)
+        prefix = key.strip("/") + "/" if key.strip("/") else ""
+        kwargs: dict[str, Any] = {
+            "Bucket": bucket,
+            "Prefix": prefix,
+            "Delimiter": "/",
+            "MaxKeys": self.page_size,
+        }
+        if start_name:
+            kwargs["StartAfter"] = prefix + start_name[:-1]
+        out = []
+        while True:
+            try:
+                page = self.fs.call_s3("list_objects_v2", **kwargs)
+            except FileNotFoundError:  # no such bucket
+                return []
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(prefix) :]
+                if name and name >= start_name:
+                    mtime = _to_ms(obj["LastModified"])
+                    out.append(FileStatus(f"{bucket}/{obj['Key']}", name, obj["Size"], mtime))
+            if not page.get("IsTruncated"):
+                break
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        out.sort(key=lambda f: f.name)
+        return out
+
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """One single-part PUT; with `overwrite=False` conditional on `If-None-Match: *`.
+
+        A retried PUT whose first attempt landed gets 412 for its own object: when the object
+        already holds exactly `data`, the write counts as done.
+        """
+        if overwrite:
+            self.fs.pipe_file(path, data, chunksize=_MAX_SINGLE_PUT)
+            return
+        try:
+            self.fs.pipe_file(path, data, mode="create", chunksize=_MAX_SINGLE_PUT)
+        except FileExistsError:
+            if self.fs.cat_file(path) != data:
+                raise
+
+
+def get_log_store(
+    uri: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[LogStore, str]:
+    """Resolve a table URI into (log store, table root path in that filesystem's terms).
+
+    Local tables are plain paths (relative ones are made absolute), `file:///abs` or
+    `file:/abs` (percent-escapes decoded). The root never ends with a slash.
+    """
+    options = dict(storage_options or {})
+    single_writer = _truthy(options.pop(SINGLE_WRITER_OPTION, False))
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if not scheme and uri.startswith("file:"):
+        scheme = "file"
+    if scheme in ("", "file"):
+        return LocalLogStore(), _local_root(uri)
+    if scheme in ("s3", "s3a"):
+        fs, root = url_to_fs(uri, **_s3fs_options(options))
+        return S3LogStore(fs), root.rstrip("/")
+    fs, root = url_to_fs(uri, **options)
+    if scheme == "memory":
+        return MemoryLogStore(fs), root.rstrip("/")
+    store_cls = SingleWriterLogStore if single_writer else FsspecLogStore
+    return store_cls(fs, scheme), root.rstrip("/")
+
+
+def _local_root(uri: str) -> str:
+    """The absolute OS path of a local table URI or path."""
+    if uri.startswith("file:"):
+        parts = urlsplit(uri)
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"file URI with a remote host is not supported: {uri!r}")
+        uri = unquote(parts.path)
+    return os.path.abspath(uri)
+
+
+def _s3fs_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Translate storage options into S3FileSystem arguments.
+
+    s3fs's own (lower-case) arguments pass through and win over translated ones. The
+    delta-rs / object_store keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+    AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL / AWS_ENDPOINT and AWS_ALLOW_HTTP are
+    understood in any case. Every other upper-case key (AWS_S3_LOCKING_PROVIDER,
+    AWS_S3_ALLOW_UNSAFE_RENAME, AWS_CONDITIONAL_PUT, DELTA_DYNAMO_TABLE_NAME, ...) configures
+    delta-rs commit coordination or features s3fs lacks; it is dropped with a warning.
+    Listing caches are always off: a stale listing would hide commits.
+    """
+    translated: dict[str, Any] = {}
+    native: dict[str, Any] = {}
+    region = None
+    dropped = []
+    for name, value in options.items():
+        upper = name.upper()
+        if upper in _AWS_KEYS:
+            translated[_AWS_KEYS[upper]] = value
+        elif upper in _AWS_REGION_KEYS:
+            region = value
+        elif upper in _AWS_CONSUMED_KEYS:
+            continue
+        elif upper.startswith("AWS_") or name.isupper():
+            dropped.append(name)
+        else:
+            native[name] = value
+    if dropped:
+        log.warning("storage options not used for S3 (s3fs has no such setting): %s", dropped)
+    if region is not None:
+        native["client_kwargs"] = {"region_name": region, **native.get("client_kwargs", {})}
+    return {**translated, **native, "use_listings_cache": False}
+
+
+def _truthy(value: Any) -> bool:
+    """Read a boolean storage option given as a bool or a string."""
+    return str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def _to_ms(value: Any) -> int:
+    """Milliseconds since the epoch of a datetime, a number of seconds or an ISO 8601 string."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if isinstance(value, dt.datetime):
+        return int(value.timestamp() * 1000)
+    return int(float(value) * 1000)
+
+
+def _info_mtime_ms(fs: fsspec.AbstractFileSystem, info: Mapping[str, Any]) -> int:
+    """The modification time of a listing entry, whichever key its filesystem uses."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        if info.get(key) is not None:
+            return _to_ms(info[key])
+    return _to_ms(fs.modified(info["name"]))

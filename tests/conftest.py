@@ -1,0 +1,97 @@
+"""Shared fixtures: a moto S3 server on 127.0.0.1 and fresh buckets in it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+S3_REGION = "us-east-1"
+S3_KEY = "testing"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        opener.open(url, timeout=1).close()
+    except urllib.error.HTTPError:
+        return True  # any HTTP answer means the server is up
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a moto S3 server started for this session (dummy credentials, us-east-1)."""
+    exe = shutil.which("moto_server", path=f"{Path(sys.executable).parent}{os.pathsep}")
+    exe = exe or shutil.which("moto_server")
+    assert exe, "moto_server not found: install moto[server]"
+    aws_dir = tmp_path_factory.mktemp("aws")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ACCESS_KEY_ID", S3_KEY)
+        mp.setenv("AWS_SECRET_ACCESS_KEY", S3_KEY)
+        mp.setenv("AWS_DEFAULT_REGION", S3_REGION)
+        mp.setenv("AWS_REGION", S3_REGION)
+        mp.setenv("AWS_CONFIG_FILE", str(aws_dir / "config"))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(aws_dir / "credentials"))
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("NO_PROXY", ",".join(filter(None, ["127.0.0.1", os.environ.get("NO_PROXY")])))
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        with open(aws_dir / "moto.log", "wb") as out:
+            proc = subprocess.Popen(
+                [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            deadline = time.monotonic() + 30
+            while not _answers(url):
+                assert proc.poll() is None, (aws_dir / "moto.log").read_text()
+                assert time.monotonic() < deadline, "moto_server did not start within 30 s"
+                time.sleep(0.1)
+            yield url
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str) -> tuple[str, dict[str, str]]:
+    """A new empty bucket and delta-rs style storage options that reach it."""
+    import boto3
+
+    bucket = f"test-{uuid.uuid4().hex[:16]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name=S3_REGION,
+        aws_access_key_id=S3_KEY,
+        aws_secret_access_key=S3_KEY,
+    ).create_bucket(Bucket=bucket)
+    options = {
+        "AWS_ACCESS_KEY_ID": S3_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_KEY,
+        "AWS_REGION": S3_REGION,
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ALLOW_HTTP": "true",
+    }
+    return bucket, options
