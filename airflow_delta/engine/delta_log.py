@@ -248,7 +248,7 @@ class DeltaLog:
                         ) from None
                     break
             info.setdefault("timestamp", f.modification_time)
-            out.append({"version": version, **info})
+            out.append({**info, "version": version})
         return out
 
     def __repr__(self) -> str:

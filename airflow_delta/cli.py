@@ -1,0 +1,290 @@
+"""The `airflow-delta` command: inspect and maintain Delta tables from a shell.
+
+Every subcommand prints compact JSON on stdout: one object (`describe`, `checkpoint`) or JSON
+lines (`files`, `history`). On failure the exit code is 1 and stderr holds exactly one line,
+``error: <ExceptionClassName>: <message>``. Argument errors keep argparse's exit code 2.
+
+Examples::
+
+    airflow-delta describe s3://bucket/events --storage-option AWS_REGION=eu-west-1
+    airflow-delta describe /data/events --timestamp 2024-05-01T00:00:00Z
+    airflow-delta files /data/events --version 12
+    airflow-delta history /data/events --limit 5
+    airflow-delta checkpoint /data/events
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from airflow_delta import __version__
+
+JsonDict = dict[str, Any]
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _dumps(obj: Any) -> str:
+    """Compact JSON; values JSON does not know (Decimal, datetime, bytes) become strings."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+def _emit(lines: Iterable[str]) -> None:
+    """Write lines to stdout (built in full beforehand, so a failure never leaves half output)."""
+    out = "".join(f"{line}\n" for line in lines)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+
+
+def _error_line(exc: BaseException) -> str:
+    """`error: <ExceptionClassName>: <message>` on one line."""
+    message = " ".join(str(exc).split()) or repr(exc)
+    return f"error: {type(exc).__name__}: {message}"
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _storage_option(text: str) -> tuple[str, str]:
+    """Parse one `KEY=VALUE` storage option."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _delta_log(args: argparse.Namespace) -> Any:
+    """The DeltaLog of the table the command names (engine imported lazily: fast `--help`)."""
+    from airflow_delta.engine import DeltaLog
+
+    return DeltaLog.for_table(args.uri, dict(args.storage_options or []))
+
+
+def _map(pairs: Any) -> dict[str, Any] | None:
+    """A pyarrow map value (list of (key, value) tuples) as a dict."""
+    return None if pairs is None else dict(pairs)
+
+
+def _num_records(stats: str | None) -> int | None:
+    """`numRecords` of a file's stats JSON, or None when absent or unreadable."""
+    if not stats:
+        return None
+    try:
+        n = json.loads(stats).get("numRecords")
+    except (ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _deletion_vector(dv: JsonDict | None) -> JsonDict | None:
+    """A deletion vector descriptor in the log's JSON field names (unset fields left out)."""
+    if dv is None:
+        return None
+    return {k: v for k, v in dv.items() if v is not None}
+
+
+# -- subcommands -------------------------------------------------------------------------------
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    """Print one JSON object describing the table at a version (latest by default)."""
+    snapshot = _delta_log(args).snapshot_at(version=args.version, timestamp=args.timestamp)
+    protocol, metadata = snapshot.protocol, snapshot.metadata
+    schema = json.loads(metadata.schema_string) if metadata.schema_string is not None else None
+    row: JsonDict = {
+        "version": snapshot.version,
+        "timestamp": snapshot.timestamp,
+        "min_reader_version": protocol.min_reader_version,
+        "min_writer_version": protocol.min_writer_version,
+        "reader_features": protocol.reader_features,
+        "writer_features": protocol.writer_features,
+        "table_id": metadata.id,
+        "name": metadata.name,
+        "description": metadata.description,
+        "created_time": metadata.created_time,
+        "format": {"provider": metadata.format.provider, "options": metadata.format.options},
+        "partition_columns": snapshot.partition_columns,
+        "configuration": metadata.configuration,
+        "num_files": snapshot.num_files,
+        "size_bytes": snapshot.size_in_bytes,
+        # Rows: stats.numRecords minus deletion-vector cardinality; null if a file has no stats.
+        "num_records": snapshot.num_records,
+        "transactions": snapshot.transactions,
+        "domain_metadata": {
+            domain: dm.configuration for domain, dm in snapshot.domain_metadata.items()
+        },
+        "checkpoint_version": snapshot.log_segment.checkpoint_version,
+        "schema": schema,
+    }
+    _emit([_dumps(row)])
+    return 0
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    """Print one JSON line per active file of the table at a version (latest by default)."""
+    snapshot = _delta_log(args).snapshot_at(version=args.version)
+    lines = [
+        _dumps(
+            {
+                "path": add["path"],
+                "partition_values": _map(add["partitionValues"]) or {},
+                "size": add["size"],
+                "num_records": _num_records(add["stats"]),
+                "deletion_vector": _deletion_vector(add["deletionVector"]),
+            }
+        )
+        for add in snapshot.files().to_pylist()
+    ]
+    _emit(lines)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Print the commitInfo of each commit plus its `version`, newest first, as JSON lines."""
+    _emit(_dumps(entry) for entry in _delta_log(args).history(limit=args.limit))
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Write a checkpoint of the latest version and print what was written."""
+    result = _delta_log(args).checkpoint()
+    _emit([_dumps(dataclasses.asdict(result))])
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    """The arguments every subcommand takes: the table URI and storage options."""
+    parser.add_argument("uri", metavar="URI", help="table location: path, file://, s3://, ...")
+    parser.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        metavar="KEY=VALUE",
+        type=_storage_option,
+        action="append",
+        default=[],
+        help="filesystem option (repeatable), e.g. AWS_REGION=us-east-1",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `airflow-delta`."""
+    parser = argparse.ArgumentParser(
+        prog="airflow-delta",
+        description="Inspect and maintain Delta Lake tables. Output is JSON on stdout.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log engine progress to stderr"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("describe", help="table version, protocol, metadata, schema and sizes")
+    _add_common(p)
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--version", type=_non_negative_int, metavar="N", help="time travel")
+    when.add_argument(
+        "--timestamp",
+        metavar="ISO8601",
+        help="latest version committed at or before this time (UTC when no offset)",
+    )
+    p.set_defaults(handler=cmd_describe)
+
+    p = sub.add_parser("files", help="the active data files, one JSON line each")
+    _add_common(p)
+    p.add_argument("--version", type=_non_negative_int, metavar="N", help="time travel")
+    p.set_defaults(handler=cmd_files)
+
+    p = sub.add_parser("history", help="commitInfo of each commit, newest first")
+    _add_common(p)
+    p.add_argument("--limit", type=_non_negative_int, metavar="N", help="newest N commits only")
+    p.set_defaults(handler=cmd_history)
+
+    p = sub.add_parser("checkpoint", help="write a checkpoint of the latest version")
+    _add_common(p)
+    p.set_defaults(handler=cmd_checkpoint)
+
+    # vacuum: `airflow-delta vacuum URI [--retention-hours H] [--dry-run]` (DESIGN.md, contract
+    # — CLI) is registered here, with a `cmd_vacuum` handler next to `cmd_checkpoint`, once the
+    # engine can vacuum (issue 3). It is deliberately absent until then.
+
+    return parser
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def _quiet_engine_logs(verbose: bool) -> Callable[[], None]:
+    """Route engine logging: to stderr with --verbose, nowhere otherwise. Returns an undo."""
+    logger = logging.getLogger("airflow_delta")
+    handler: logging.Handler
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        old_level = logger.level
+        logger.setLevel(logging.INFO)
+    else:
+        # Without any handler, logging's last resort would print warnings to stderr and break
+        # the one-line error contract.
+        handler = logging.NullHandler()
+        old_level = logger.level
+    logger.addHandler(handler)
+
+    def undo() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+    return undo
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `airflow-delta` with `argv` (default: the process arguments); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or an argument error (argparse printed it)
+        return exc.code if isinstance(exc.code, int) else 2
+    undo = _quiet_engine_logs(args.verbose)
+    try:
+        with warnings.catch_warnings():
+            if not args.verbose:
+                warnings.simplefilter("ignore")
+            return args.handler(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (`... | head`): stop quietly, as Unix tools do.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+    except Exception as exc:
+        print(_error_line(exc), file=sys.stderr)
+        return 1
+    finally:
+        undo()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
