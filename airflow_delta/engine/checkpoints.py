@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
@@ -36,6 +37,7 @@ from airflow_delta.engine.actions import (
     SetTransaction,
     Sidecar,
 )
+from airflow_delta.engine.columnar import array_from_pylist, bool_mask
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log_store import FileStatus, LogStore
 from airflow_delta.engine.replay import LogBatch, parse_log_batch
@@ -92,7 +94,7 @@ def _stats_from_parsed(adds: pa.StructArray) -> pa.StructArray:
     """
     parsed = adds.field("stats_parsed")
     rows = parsed.to_pylist()
-    stats = pa.array(
+    stats = array_from_pylist(
         [None if r is None else json.dumps(r, default=str, separators=(",", ":")) for r in rows],
         pa.string(),
     )
@@ -124,8 +126,7 @@ def _rows(table: pa.Table, name: str, type_: pa.StructType) -> list[dict[str, An
     if name not in table.column_names:
         return []
     col = table.column(name).combine_chunks()
-    col = conform(col.filter(col.is_valid()), type_)
-    return [_json_shape(r) for r in col.to_pylist()]
+    return [_json_shape(r) for r in conform(_valid_rows(col), type_).to_pylist()]
 
 
 def _json_shape(value: Any) -> Any:
@@ -137,17 +138,30 @@ def _json_shape(value: Any) -> Any:
     return value
 
 
+def _valid_rows(col: pa.Array) -> pa.Array:
+    """The non-null rows; a zero-copy slice when they are contiguous (the usual layout)."""
+    if not col.null_count:
+        return col
+    where = pc.indices_nonzero(col.is_valid())
+    if not len(where):
+        return col.slice(0, 0)
+    first, last = where[0].as_py(), where[-1].as_py()
+    if last - first + 1 == len(where):
+        return col.slice(first, len(where))
+    return col.filter(col.is_valid())
+
+
 def _file_actions(tables: Sequence[pa.Table], name: str, type_: pa.StructType) -> pa.StructArray:
     parts = []
     for t in tables:
         if name in t.column_names:
             col = t.column(name).combine_chunks()
             if col.null_count < len(col):
-                col = col.filter(col.is_valid())
+                col = _valid_rows(col)
                 if col.type.get_field_index("stats_parsed") >= 0:
                     col = _stats_from_parsed(col)
                 parts.append(conform(col, type_))
-    return pa.concat_arrays(parts) if parts else pa.array([], type=type_)
+    return pa.concat_arrays(parts) if parts else pa.nulls(0, type_)
 
 
 def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus]) -> LogBatch:
@@ -246,16 +260,17 @@ def checkpoint_table(
     AddFiles and tombstones are written with dataChange=false, as InMemoryLogReplay keeps them.
     """
     small = [
-        _column_table({"protocol": pa.array([_protocol_row(protocol)], PROTOCOL_TYPE)}),
-        _column_table({"metaData": pa.array([_metadata_row(metadata)], METADATA_TYPE)}),
+        _column_table({"protocol": array_from_pylist([_protocol_row(protocol)], PROTOCOL_TYPE)}),
+        _column_table({"metaData": array_from_pylist([_metadata_row(metadata)], METADATA_TYPE)}),
     ]
     if txns:
         small.append(
-            _column_table({"txn": pa.array([t.to_json_dict() for t in txns], TXN_TYPE)})
+            _column_table({"txn": array_from_pylist([t.to_json_dict() for t in txns], TXN_TYPE)})
         )
     if domains:
         rows = [d.to_json_dict() for d in domains]
-        small.append(_column_table({"domainMetadata": pa.array(rows, DOMAIN_METADATA_TYPE)}))
+        domain_rows = array_from_pylist(rows, DOMAIN_METADATA_TYPE)
+        small.append(_column_table({"domainMetadata": domain_rows}))
     files = [
         _column_table({name: _without_data_change(arr)})
         for name, arr in (("add", adds), ("remove", tombstones))
@@ -266,7 +281,7 @@ def checkpoint_table(
 
 def _without_data_change(arr: pa.StructArray) -> pa.StructArray:
     children = [arr.field(i) for i in range(arr.type.num_fields)]
-    children[arr.type.get_field_index("dataChange")] = pa.array(np.zeros(len(arr), dtype=bool))
+    children[arr.type.get_field_index("dataChange")] = bool_mask(np.zeros(len(arr), dtype=bool))
     return pa.StructArray.from_arrays(children, fields=list(arr.type))
 
 

@@ -29,6 +29,7 @@ from airflow_delta.engine.actions import (
     SetTransaction,
     Sidecar,
 )
+from airflow_delta.engine.columnar import array_from_pylist, bool_mask, int_values, scalar
 from airflow_delta.engine.errors import CorruptLogError
 
 
@@ -40,8 +41,8 @@ class LogBatch:
     a remove of the same file within one commit resolve in log order.
     """
 
-    adds: pa.StructArray = field(default_factory=lambda: pa.array([], type=ADD_TYPE))
-    removes: pa.StructArray = field(default_factory=lambda: pa.array([], type=REMOVE_TYPE))
+    adds: pa.StructArray = field(default_factory=lambda: pa.nulls(0, ADD_TYPE))
+    removes: pa.StructArray = field(default_factory=lambda: pa.nulls(0, REMOVE_TYPE))
     add_order: np.ndarray | None = None
     remove_order: np.ndarray | None = None
     protocol: Protocol | None = None
@@ -60,8 +61,8 @@ class LogBatch:
 
 def _struct_array(rows: list[dict], type_: pa.StructType, source: str, name: str) -> pa.Array:
     try:
-        return pa.array(rows, type=type_)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        return array_from_pylist(rows, type_)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise CorruptLogError(f"{source}: malformed {name!r} action ({exc})") from None
 
 
@@ -124,25 +125,36 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
     return batch
 
 
+_EMPTY = scalar("", pa.string())
+
+
+def _string_data(strings: pa.Array) -> bytes:
+    """The character data of a string array (a superset for slices): a fast pre-scan."""
+    buf = strings.buffers()[2]
+    return b"" if buf is None else buf.to_pybytes()
+
+
 def canonicalize_paths(paths: pa.Array) -> pa.Array:
     """Paths in canonical form: `file:` scheme dropped and percent-escapes decoded.
 
     So `file:/a/b%20c`, `file:///a/b%20c` and `/a/b c` are one file. Decoding is done once per
     distinct directory and only for file names that contain an escape, never per file.
     """
-    paths = pc.replace_substring_regex(paths, pattern="^file:(//)?/", replacement="/")
-    if not pc.any(pc.match_substring(paths, "%")).as_py():
+    data = _string_data(paths)
+    if b"file:" in data:
+        paths = pc.replace_substring_regex(paths, pattern="^file:(//)?/", replacement="/")
+    if b"%" not in data:
         return paths
     dirs = pc.replace_substring_regex(paths, pattern="[^/]*$", replacement="").dictionary_encode()
-    decoded_dirs = pa.array([unquote(d) for d in dirs.dictionary.to_pylist()], pa.string())
+    decoded_dirs = array_from_pylist([unquote(d) for d in dirs.dictionary.to_pylist()], pa.string())
     dirs = pc.take(decoded_dirs, dirs.indices)
     names = pc.replace_substring_regex(paths, pattern="^.*/", replacement="")
-    escaped = pc.fill_null(pc.match_substring(names, "%"), False)
-    idx = np.flatnonzero(escaped.to_numpy(zero_copy_only=False))
-    if len(idx):
-        fixed = pa.array([unquote(n) for n in pc.take(names, idx).to_pylist()], pa.string())
+    escaped = pc.fill_null(pc.match_substring(names, "%"), scalar(False, pa.bool_()))
+    if pc.any(escaped).as_py():
+        decoded = [unquote(n) for n in names.filter(escaped).to_pylist()]
+        fixed = array_from_pylist(decoded, pa.string())
         names = pc.replace_with_mask(names, escaped, fixed)
-    return pc.binary_join_element_wise(dirs, names, "")
+    return pc.binary_join_element_wise(dirs, names, _EMPTY)
 
 
 def file_keys(files: pa.StructArray) -> pa.Array:
@@ -155,10 +167,21 @@ def file_keys(files: pa.StructArray) -> pa.Array:
         pc.struct_field(dv, n) for n in ("storageType", "pathOrInlineDv", "offset")
     )
     offset = pc.if_else(
-        pc.is_null(offset), "", pc.binary_join_element_wise("@", pc.cast(offset, pa.string()), "")
+        pc.is_null(offset),
+        _EMPTY,
+        pc.binary_join_element_wise(scalar("@", pa.string()), pc.cast(offset, pa.string()), _EMPTY),
     )
-    dv_id = pc.binary_join_element_wise(storage, where, offset, "")
-    return pc.if_else(pc.is_valid(dv), pc.binary_join_element_wise(paths, dv_id, "\x00"), paths)
+    dv_id = pc.binary_join_element_wise(storage, where, offset, _EMPTY)
+    keyed = pc.binary_join_element_wise(paths, dv_id, scalar("\x00", pa.string()))
+    return pc.if_else(pc.is_valid(dv), keyed, paths)
+
+
+def _without_keys(files: pa.StructArray, keys: pa.Array) -> pa.StructArray:
+    """`files` minus those whose key is in `keys` (no copy when none is)."""
+    if not len(files):
+        return files
+    named = pc.is_in(file_keys(files), value_set=keys)
+    return files.filter(pc.invert(named)) if pc.any(named).as_py() else files
 
 
 class InMemoryLogReplay:
@@ -219,22 +242,18 @@ class InMemoryLogReplay:
                     orders.append((np.int64(i) << 32) + line)
         order = np.concatenate(orders) if orders else np.empty(0, np.int64)
         keys = pa.concat_arrays([file_keys(adds), file_keys(removes)])
-        winners = (
-            pa.table({"k": keys, "o": order}).group_by("k", use_threads=False).aggregate(
-                [("o", "max")]
-            )
-        )["o_max"]
-        is_winner = pc.is_in(pa.array(order), value_set=winners).to_numpy(zero_copy_only=False)
+        key_ids = int_values(keys.dictionary_encode().indices)
+        newest = np.full(int(key_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
+        np.maximum.at(newest, key_ids, order)
+        is_winner = bool_mask(newest[key_ids] == order)
         n_add = len(adds)
-        later_adds = adds.filter(pa.array(is_winner[:n_add]))
-        later_removes = removes.filter(pa.array(is_winner[n_add:]))
+        later_adds = adds.filter(is_winner.slice(0, n_add))
+        later_removes = removes.filter(is_winner.slice(n_add))
         # Base (checkpoint) files survive unless a later action names the same key.
         later_keys = pc.unique(keys)
-        keep_adds = pc.invert(pc.is_in(file_keys(base.adds), value_set=later_keys))
-        keep_removes = pc.invert(pc.is_in(file_keys(base.removes), value_set=later_keys))
         self._resolved = (
-            pa.concat_arrays([base.adds.filter(keep_adds), later_adds]),
-            pa.concat_arrays([base.removes.filter(keep_removes), later_removes]),
+            pa.concat_arrays([_without_keys(base.adds, later_keys), later_adds]),
+            pa.concat_arrays([_without_keys(base.removes, later_keys), later_removes]),
         )
         return self._resolved
 
@@ -245,5 +264,5 @@ class InMemoryLogReplay:
     def get_tombstones(self) -> pa.StructArray:
         """RemoveFiles newer than minFileRetentionTimestamp, as REMOVE_TYPE structs."""
         removes = self._resolve()[1]
-        ts = pc.fill_null(removes.field("deletionTimestamp"), 0)
-        return removes.filter(pc.greater(ts, self.min_file_retention_timestamp))
+        ts = pc.fill_null(removes.field("deletionTimestamp"), scalar(0, pa.int64()))
+        return removes.filter(pc.greater(ts, scalar(self.min_file_retention_timestamp, pa.int64())))

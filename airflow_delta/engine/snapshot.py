@@ -19,6 +19,7 @@ from airflow_delta.engine.actions import (
     SetTransaction,
     add_files_from_arrow,
 )
+from airflow_delta.engine.columnar import scalar
 from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from airflow_delta.engine.features import check_reader_support
@@ -240,9 +241,8 @@ class Snapshot:
         files = self.files()
         if not len(files):
             return 0
-        counts = pc.extract_regex(
-            pc.fill_null(files.field("stats"), ""), r'"numRecords"\s*:\s*(?P<n>\d+)'
-        )
+        stats = pc.fill_null(files.field("stats"), scalar("", pa.string()))
+        counts = pc.extract_regex(stats, r'"numRecords"\s*:\s*(?P<n>\d+)')
         if counts.null_count:
             return None
         total = pc.sum(pc.cast(counts.field("n"), pa.int64())).as_py()

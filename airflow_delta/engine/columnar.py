@@ -1,0 +1,119 @@
+"""Arrow arrays from Python values without pyarrow's pandas shim.
+
+pyarrow imports pandas (150-250 ms) the first time any Python object is converted to arrow
+(`pa.array`, `pa.scalar`, a Python scalar passed to a compute function, `to_numpy`). For a
+short-lived process that loads a snapshot or makes one commit, that import costs more than the
+whole log replay. These builders go through numpy and raw buffers instead, which never touch
+the shim; the engine's load and commit paths use only them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+
+def _validity(values: Sequence[Any]) -> tuple[pa.Buffer | None, int]:
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    nulls = len(values) - int(valid.sum())
+    if not nulls:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def _int_dtype(type_: pa.DataType) -> np.dtype:
+    return np.dtype(f"{'i' if pa.types.is_signed_integer(type_) else 'u'}{type_.bit_width // 8}")
+
+
+def _offsets(lengths: Sequence[int]) -> pa.Buffer:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.py_buffer(offsets)
+
+
+def array_from_pylist(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    """An array of `type_` from Python values (dicts for structs and maps, None for null).
+
+    Supports the types of the Delta log: strings, integers, booleans, structs, lists and
+    maps. Values of the wrong Python type raise TypeError or ValueError.
+    """
+    n = len(values)
+    validity, nulls = _validity(values)
+    if pa.types.is_string(type_):
+        encoded = [b"" if v is None else v.encode() for v in values]
+        buffers = [validity, _offsets([len(e) for e in encoded]), pa.py_buffer(b"".join(encoded))]
+        return pa.Array.from_buffers(type_, n, buffers, null_count=nulls)
+    if pa.types.is_integer(type_):
+        data = np.fromiter(
+            (0 if v is None else int(v) for v in values), dtype=_int_dtype(type_), count=n
+        )
+        return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(data)], null_count=nulls)
+    if pa.types.is_boolean(type_):
+        bits = np.fromiter((bool(v) for v in values), dtype=bool, count=n)
+        data = pa.py_buffer(np.packbits(bits, bitorder="little"))
+        return pa.Array.from_buffers(type_, n, [validity, data], null_count=nulls)
+    if pa.types.is_struct(type_):
+        children = []
+        for f in type_:
+            column = [None if v is None else _field(v, f.name) for v in values]
+            children.append(array_from_pylist(column, f.type))
+        return pa.Array.from_buffers(type_, n, [validity], null_count=nulls, children=children)
+    if pa.types.is_map(type_):
+        items = [() if v is None else _map_items(v) for v in values]
+        keys = array_from_pylist([k for row in items for k, _ in row], type_.key_type)
+        vals = array_from_pylist([x for row in items for _, x in row], type_.item_type)
+        entries = pa.StructArray.from_arrays(
+            [keys, vals], fields=[type_.key_field, type_.item_field]
+        )
+        offsets = _offsets([len(row) for row in items])
+        return pa.Array.from_buffers(
+            type_, n, [validity, offsets], null_count=nulls, children=[entries]
+        )
+    if pa.types.is_list(type_):
+        rows = [() if v is None else _list(v) for v in values]
+        flat = array_from_pylist([x for row in rows for x in row], type_.value_type)
+        offsets = _offsets([len(row) for row in rows])
+        return pa.Array.from_buffers(
+            type_, n, [validity, offsets], null_count=nulls, children=[flat]
+        )
+    raise TypeError(f"unsupported type for array_from_pylist: {type_}")
+
+
+def _field(row: Any, name: str) -> Any:
+    if not isinstance(row, dict):
+        raise TypeError(f"expected a JSON object, found {row!r}")
+    return row.get(name)
+
+
+def _map_items(value: Any) -> list[tuple[Any, Any]]:
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, list):  # arrow's own Python form of a map
+        return [tuple(kv) for kv in value]
+    raise TypeError(f"expected a JSON object, found {value!r}")
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a JSON array, found {value!r}")
+    return value
+
+
+def scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
+    """A scalar of `type_` (for compute functions), built without the pandas shim."""
+    return array_from_pylist([value], type_)[0]
+
+
+def bool_mask(values: np.ndarray) -> pa.BooleanArray:
+    """A boolean array from a numpy bool array."""
+    data = pa.py_buffer(np.packbits(values.astype(bool, copy=False), bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, data])
+
+
+def int_values(arr: pa.Array) -> np.ndarray:
+    """A non-null integer array as a numpy view, without the pandas shim."""
+    values = np.frombuffer(arr.buffers()[1], dtype=_int_dtype(arr.type))
+    return values[arr.offset : arr.offset + len(arr)]
