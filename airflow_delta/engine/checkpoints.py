@@ -176,7 +176,7 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
             batch.domains += part.domains
             batch.sidecars += part.sidecars
             batch.checkpoint_metadata = part.checkpoint_metadata
-            tables.append(pa.table({"add": part.adds, "remove": part.removes}))
+            tables.append(pa.table({"add": part.add_array(), "remove": part.remove_array()}))
             continue
         t = _read_parquet_actions(store, f.path)
         tables.append(t)

@@ -35,16 +35,20 @@ from airflow_delta.engine.errors import CorruptLogError
 
 @dataclass
 class LogBatch:
-    """The actions of one commit, or of a whole checkpoint, with file actions kept columnar.
+    """The actions of one commit, or of a whole checkpoint.
 
-    `add_order`/`remove_order` give each file action's position in the batch so that an add and
-    a remove of the same file within one commit resolve in log order.
+    A checkpoint's file actions are columnar (`adds`, `removes`). A commit's stay the parsed JSON
+    rows until replay converts the rows of every commit in one go; `add_lines`/`remove_lines`
+    give each row's line so that an add and a remove of one file in a commit resolve in order.
     """
 
-    adds: pa.StructArray = field(default_factory=lambda: pa.nulls(0, ADD_TYPE))
-    removes: pa.StructArray = field(default_factory=lambda: pa.nulls(0, REMOVE_TYPE))
-    add_order: np.ndarray | None = None
-    remove_order: np.ndarray | None = None
+    source: str = ""
+    adds: pa.StructArray | None = None
+    removes: pa.StructArray | None = None
+    add_rows: list[dict] = field(default_factory=list)
+    remove_rows: list[dict] = field(default_factory=list)
+    add_lines: list[int] = field(default_factory=list)
+    remove_lines: list[int] = field(default_factory=list)
     protocol: Protocol | None = None
     metadata: Metadata | None = None
     txns: list[SetTransaction] = field(default_factory=list)
@@ -56,7 +60,20 @@ class LogBatch:
 
     @property
     def num_file_actions(self) -> int:
-        return len(self.adds) + len(self.removes)
+        arrays = sum(len(a) for a in (self.adds, self.removes) if a is not None)
+        return arrays + len(self.add_rows) + len(self.remove_rows)
+
+    def add_array(self) -> pa.StructArray:
+        """The AddFiles of this batch as ADD_TYPE structs."""
+        if self.adds is None:
+            self.adds = _struct_array(self.add_rows, ADD_TYPE, self.source, "add")
+        return self.adds
+
+    def remove_array(self) -> pa.StructArray:
+        """The RemoveFiles of this batch as REMOVE_TYPE structs."""
+        if self.removes is None:
+            self.removes = _struct_array(self.remove_rows, REMOVE_TYPE, self.source, "remove")
+        return self.removes
 
 
 def _struct_array(rows: list[dict], type_: pa.StructType, source: str, name: str) -> pa.Array:
@@ -64,6 +81,18 @@ def _struct_array(rows: list[dict], type_: pa.StructType, source: str, name: str
         return array_from_pylist(rows, type_)
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise CorruptLogError(f"{source}: malformed {name!r} action ({exc})") from None
+
+
+def _rows_to_array(batches: list[LogBatch], kind: str) -> pa.StructArray:
+    """The `kind` ("add"/"remove") rows of several commits converted at once."""
+    type_ = ADD_TYPE if kind == "add" else REMOVE_TYPE
+    rows = [r for b in batches for r in getattr(b, f"{kind}_rows")]
+    try:
+        return array_from_pylist(rows, type_)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        for b in batches:  # error path only: find the commit that holds the bad action
+            getattr(b, f"{kind}_array")()
+        raise
 
 
 _SMALL_ACTIONS = {
@@ -84,11 +113,7 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
     is not a JSON object, a file with no action, and file actions without a path are refused with
     CorruptLogError naming `source`.
     """
-    batch = LogBatch()
-    adds: list[dict] = []
-    removes: list[dict] = []
-    add_order: list[int] = []
-    remove_order: list[int] = []
+    batch = LogBatch(source=source)
     n_actions = 0
     for lineno, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
@@ -101,27 +126,17 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
             raise CorruptLogError(f"{source}: line {lineno} is not a JSON object")
         for key, body in wrapper.items():
             n_actions += 1
-            if key == "add":
-                adds.append(body)
-                add_order.append(lineno)
-            elif key == "remove":
-                removes.append(body)
-                remove_order.append(lineno)
+            if key in ("add", "remove"):
+                if not isinstance(body, dict) or body.get("path") is None:
+                    raise CorruptLogError(f"{source}: line {lineno}: {key} action without a path")
+                getattr(batch, f"{key}_rows").append(body)
+                getattr(batch, f"{key}_lines").append(lineno)
             elif key in _SMALL_ACTIONS:
                 if not isinstance(body, dict):
                     raise CorruptLogError(f"{source}: line {lineno}: {key!r} is not an object")
                 _SMALL_ACTIONS[key](batch, ACTION_TYPES[key].from_json_dict(body))
     if n_actions == 0:
         raise CorruptLogError(f"{source}: the log file holds no action (empty or blank)")
-    if adds:
-        batch.adds = _struct_array(adds, ADD_TYPE, source, "add")
-        batch.add_order = np.asarray(add_order, dtype=np.int64)
-    if removes:
-        batch.removes = _struct_array(removes, REMOVE_TYPE, source, "remove")
-        batch.remove_order = np.asarray(remove_order, dtype=np.int64)
-    for arr, name in ((batch.adds, "add"), (batch.removes, "remove")):
-        if len(arr) and arr.field("path").null_count:
-            raise CorruptLogError(f"{source}: {name} action without a path")
     return batch
 
 
@@ -227,20 +242,23 @@ class InMemoryLogReplay:
     def _resolve(self) -> tuple[pa.StructArray, pa.StructArray]:
         if self._resolved is not None:
             return self._resolved
-        base = self._base or LogBatch()
+        base_adds = self._base.add_array() if self._base else pa.nulls(0, ADD_TYPE)
+        base_removes = self._base.remove_array() if self._base else pa.nulls(0, REMOVE_TYPE)
         if not self._later:
-            self._resolved = (base.adds, base.removes)
+            self._resolved = (base_adds, base_removes)
             return self._resolved
         # Later actions: the newest action per key wins, ordered by (batch, line).
-        adds = pa.concat_arrays([b.adds for b in self._later])
-        removes = pa.concat_arrays([b.removes for b in self._later])
-        orders = []
-        for kind in ("add", "remove"):
-            for i, b in enumerate(self._later):
-                line = getattr(b, f"{kind}_order")
-                if line is not None:
-                    orders.append((np.int64(i) << 32) + line)
-        order = np.concatenate(orders) if orders else np.empty(0, np.int64)
+        adds = _rows_to_array(self._later, "add")
+        removes = _rows_to_array(self._later, "remove")
+        order = np.array(
+            [
+                (i << 32) | line
+                for kind in ("add_lines", "remove_lines")
+                for i, b in enumerate(self._later)
+                for line in getattr(b, kind)
+            ],
+            dtype=np.int64,
+        )
         keys = pa.concat_arrays([file_keys(adds), file_keys(removes)])
         key_ids = int_values(keys.dictionary_encode().indices)
         newest = np.full(int(key_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
@@ -252,8 +270,8 @@ class InMemoryLogReplay:
         # Base (checkpoint) files survive unless a later action names the same key.
         later_keys = pc.unique(keys)
         self._resolved = (
-            pa.concat_arrays([_without_keys(base.adds, later_keys), later_adds]),
-            pa.concat_arrays([_without_keys(base.removes, later_keys), later_removes]),
+            pa.concat_arrays([_without_keys(base_adds, later_keys), later_adds]),
+            pa.concat_arrays([_without_keys(base_removes, later_keys), later_removes]),
         )
         return self._resolved
 
