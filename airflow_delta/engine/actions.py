@@ -12,6 +12,7 @@ checkpoints hold file actions, so that no Python object is built per file on the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -564,22 +565,12 @@ ACTION_TYPES: dict[str, type[Action]] = {
 }
 
 
-def action_from_json_dict(wrapper: JsonDict) -> Action:
-    """Decode one log line already parsed from JSON: `{"<action>": {...}}`."""
-    if len(wrapper) != 1:
-        raise CorruptLogError(f"a log line must hold exactly one action, found {list(wrapper)}")
-    ((name, body),) = wrapper.items()
-    cls = ACTION_TYPES.get(name)
-    if cls is None:
-        return UnknownAction(name=name, body=body)
-    if not isinstance(body, dict):
-        raise CorruptLogError(f"action {name!r} is not a JSON object: {body!r}")
-    return cls.from_json_dict(body)  # type: ignore[attr-defined]
+def iter_log_lines(data: bytes, source: str) -> Iterator[tuple[int, str, Any]]:
+    """(line number, action name, action body) of each action in a newline-delimited JSON file.
 
-
-def parse_actions(data: bytes, source: str) -> list[Action]:
-    """Decode a newline-delimited JSON log file into actions; `source` names it in errors."""
-    actions: list[Action] = []
+    Blank lines are skipped; a line that is not a JSON object raises CorruptLogError naming
+    `source` and the line. A line holding several actions yields each of them.
+    """
     for lineno, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
@@ -589,8 +580,28 @@ def parse_actions(data: bytes, source: str) -> list[Action]:
             raise CorruptLogError(f"{source}: line {lineno} is not valid JSON ({exc})") from None
         if not isinstance(wrapper, dict):
             raise CorruptLogError(f"{source}: line {lineno} is not a JSON object")
-        actions.append(action_from_json_dict(wrapper))
-    return actions
+        for name, body in wrapper.items():
+            yield lineno, name, body
+
+
+def action_from_json(name: str, body: Any, source: str = "log") -> Action:
+    """Decode one action; unknown action names become UnknownAction."""
+    cls = ACTION_TYPES.get(name)
+    if cls is None:
+        return UnknownAction(name=name, body=body)
+    if not isinstance(body, dict):
+        raise CorruptLogError(f"{source}: action {name!r} is not a JSON object: {body!r}")
+    try:
+        return cls.from_json_dict(body)  # type: ignore[attr-defined]
+    except CorruptLogError as exc:
+        raise CorruptLogError(f"{source}: {exc}") from None
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CorruptLogError(f"{source}: malformed {name!r} action ({exc!r})") from None
+
+
+def parse_actions(data: bytes, source: str) -> list[Action]:
+    """Decode a newline-delimited JSON log file into actions; `source` names it in errors."""
+    return [action_from_json(name, body, source) for _, name, body in iter_log_lines(data, source)]
 
 
 def serialize_actions(actions: list[Action]) -> bytes:
@@ -727,22 +738,4 @@ def add_files_from_arrow(adds: pa.StructArray) -> list[AddFile]:
             clustering_provider=r.get("clusteringProvider"),
         )
         for r in rows
-    ]
-
-
-def remove_files_from_arrow(removes: pa.StructArray) -> list[RemoveFile]:
-    """RemoveFile objects for rows of the REMOVE_TYPE columnar form."""
-    return [
-        RemoveFile(
-            path=r["path"],
-            deletion_timestamp=r["deletionTimestamp"],
-            data_change=bool(r["dataChange"]),
-            extended_file_metadata=r["extendedFileMetadata"],
-            partition_values=_map_from_row(r["partitionValues"]),
-            size=r["size"],
-            deletion_vector=_dv_from_row(r["deletionVector"]),
-            base_row_id=r["baseRowId"],
-            default_row_commit_version=r["defaultRowCommitVersion"],
-        )
-        for r in removes.to_pylist()
     ]

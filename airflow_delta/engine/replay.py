@@ -9,7 +9,6 @@ checkpoint keep the checkpoint's order; files added later follow in log order.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -18,7 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.actions import (
-    ACTION_TYPES,
     ADD_TYPE,
     REMOVE_TYPE,
     CheckpointMetadata,
@@ -28,6 +26,8 @@ from airflow_delta.engine.actions import (
     Protocol,
     SetTransaction,
     Sidecar,
+    action_from_json,
+    iter_log_lines,
 )
 from airflow_delta.engine.columnar import array_from_pylist, bool_mask, int_values, scalar
 from airflow_delta.engine.errors import CorruptLogError
@@ -115,26 +115,15 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
     """
     batch = LogBatch(source=source)
     n_actions = 0
-    for lineno, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            wrapper = json.loads(line)
-        except ValueError as exc:
-            raise CorruptLogError(f"{source}: line {lineno} is not valid JSON ({exc})") from None
-        if not isinstance(wrapper, dict):
-            raise CorruptLogError(f"{source}: line {lineno} is not a JSON object")
-        for key, body in wrapper.items():
-            n_actions += 1
-            if key in ("add", "remove"):
-                if not isinstance(body, dict) or body.get("path") is None:
-                    raise CorruptLogError(f"{source}: line {lineno}: {key} action without a path")
-                getattr(batch, f"{key}_rows").append(body)
-                getattr(batch, f"{key}_lines").append(lineno)
-            elif key in _SMALL_ACTIONS:
-                if not isinstance(body, dict):
-                    raise CorruptLogError(f"{source}: line {lineno}: {key!r} is not an object")
-                _SMALL_ACTIONS[key](batch, ACTION_TYPES[key].from_json_dict(body))
+    for lineno, key, body in iter_log_lines(data, source):
+        n_actions += 1
+        if key in ("add", "remove"):
+            if not isinstance(body, dict) or body.get("path") is None:
+                raise CorruptLogError(f"{source}: line {lineno}: {key} action without a path")
+            getattr(batch, f"{key}_rows").append(body)
+            getattr(batch, f"{key}_lines").append(lineno)
+        elif key in _SMALL_ACTIONS:
+            _SMALL_ACTIONS[key](batch, action_from_json(key, body, f"{source}: line {lineno}"))
     if n_actions == 0:
         raise CorruptLogError(f"{source}: the log file holds no action (empty or blank)")
     return batch
