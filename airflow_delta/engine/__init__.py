@@ -16,20 +16,25 @@ from airflow_delta.engine.actions import (
     SetTransaction,
 )
 from airflow_delta.engine.checkpoints import CheckpointResult
+from airflow_delta.engine.conflicts import IsolationLevel
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.snapshot import LogSegment, Snapshot
+from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
 
 __all__ = [
     "AddCDCFile",
     "AddFile",
     "CheckpointResult",
     "CommitInfo",
+    "CommitProperties",
     "DeletionVectorDescriptor",
     "DeltaLog",
     "DomainMetadata",
+    "IsolationLevel",
     "LogSegment",
     "Metadata",
     "Operation",
+    "OptimisticTransaction",
     "Protocol",
     "RemoveFile",
     "SetTransaction",

@@ -615,6 +615,7 @@ class Operation:
 
     name: str
     parameters: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
 
 
 # -- columnar codec -------------------------------------------------------------------------

@@ -69,10 +69,16 @@ def conform(arr: pa.Array, target: pa.StructType) -> pa.StructArray:
     return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
 
 
-def _projection(schema: pa.Schema) -> list[str]:
-    """Dotted column paths of the checkpoint fields this engine reads that the file has."""
+_FILE_COLUMNS = ("add", "remove")
+
+
+def _projection(schema: pa.Schema, file_actions: bool) -> list[str]:
+    """Dotted paths of the checkpoint fields this engine reads that the file has: those of the
+    file actions, or those of every other action."""
     columns = []
     for name, wanted in _READ_COLUMNS.items():
+        if (name in _FILE_COLUMNS) != file_actions:
+            continue
         idx = schema.get_field_index(name)
         if idx < 0:
             continue
@@ -110,10 +116,12 @@ def _open_parquet(store: LogStore, path: str) -> pq.ParquetFile:
     return pq.ParquetFile(store.fs.open(path, "rb"))
 
 
-def _read_parquet_actions(store: LogStore, path: str) -> pa.Table:
+def _read_parquet_actions(
+    store: LogStore, path: str, file_actions: bool, pf: pq.ParquetFile | None = None
+) -> pa.Table:
     try:
-        pf = _open_parquet(store, path)
-        return pf.read(columns=_projection(pf.schema_arrow), use_threads=True)
+        pf = pf or _open_parquet(store, path)
+        return pf.read(columns=_projection(pf.schema_arrow, file_actions), use_threads=True)
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException) as exc:
@@ -164,9 +172,14 @@ def _file_actions(tables: Sequence[pa.Table], name: str, type_: pa.StructType) -
 
 
 def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus]) -> LogBatch:
-    """Read the files of one checkpoint (all parts, or a v2 top-level file and its sidecars)."""
-    tables: list[pa.Table] = []
-    batch = LogBatch(is_checkpoint=True)
+    """Read the files of one checkpoint (all parts, or a v2 top-level file and its sidecars).
+
+    Protocol, metadata, transactions and domains are read now; the file actions (the bulk)
+    when replay first needs them, so that a commit that does not read files never pays for them.
+    """
+    batch = LogBatch(is_checkpoint=True, source=", ".join(f.path for f in files))
+    file_tables: list[pa.Table] = []
+    parquet_parts: list[tuple[str, pq.ParquetFile]] = []
     for f in files:
         if f.name.endswith(".json"):
             part = parse_log_batch(store.read(f.path), f.path)
@@ -176,10 +189,16 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
             batch.domains += part.domains
             batch.sidecars += part.sidecars
             batch.checkpoint_metadata = part.checkpoint_metadata
-            tables.append(pa.table({"add": part.add_array(), "remove": part.remove_array()}))
+            file_tables.append(pa.table({"add": part.add_array(), "remove": part.remove_array()}))
             continue
-        t = _read_parquet_actions(store, f.path)
-        tables.append(t)
+        try:
+            pf = _open_parquet(store, f.path)
+        except (OSError, pa.ArrowException) as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise CorruptLogError(f"checkpoint file {f.path} cannot be read: {exc}") from None
+        parquet_parts.append((f.path, pf))
+        t = _read_parquet_actions(store, f.path, file_actions=False, pf=pf)
         for r in _rows(t, "protocol", PROTOCOL_TYPE):
             batch.protocol = Protocol.from_json_dict(r)
         for r in _rows(t, "metaData", METADATA_TYPE):
@@ -191,14 +210,22 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
         for r in _rows(t, "checkpointMetadata", _READ_COLUMNS["checkpointMetadata"]):
             batch.checkpoint_metadata = CheckpointMetadata.from_json_dict(r)
     sidecar_dir = store.join(log_path, filenames.SIDECAR_DIR)
-    for sc in batch.sidecars:
-        path = sc.path if "/" in sc.path else store.join(sidecar_dir, sc.path)
-        try:
-            tables.append(_read_parquet_actions(store, path))
-        except FileNotFoundError:
-            raise CorruptLogError(f"checkpoint sidecar {path} is missing") from None
-    batch.adds = _file_actions(tables, "add", ADD_TYPE)
-    batch.removes = _file_actions(tables, "remove", REMOVE_TYPE)
+    sidecars = [
+        sc.path if "/" in sc.path else store.join(sidecar_dir, sc.path) for sc in batch.sidecars
+    ]
+
+    def load_file_actions() -> tuple[pa.StructArray, pa.StructArray]:
+        tables = list(file_tables)
+        for path, pf in parquet_parts:
+            tables.append(_read_parquet_actions(store, path, file_actions=True, pf=pf))
+        for path in sidecars:
+            try:
+                tables.append(_read_parquet_actions(store, path, file_actions=True))
+            except FileNotFoundError:
+                raise CorruptLogError(f"checkpoint sidecar {path} is missing") from None
+        return _file_actions(tables, "add", ADD_TYPE), _file_actions(tables, "remove", REMOVE_TYPE)
+
+    batch.file_loader = load_file_actions
     return batch
 
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import time
+import uuid
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from airflow_delta.engine import filenames
+from airflow_delta.engine.actions import CommitInfo, Metadata, Operation
 from airflow_delta.engine.checkpoints import (
     DEFAULT_CHECKPOINT_PART_SIZE,
     CheckpointResult,
@@ -18,10 +23,19 @@ from airflow_delta.engine.checkpoints import (
     write_checkpoint,
 )
 from airflow_delta.engine.config import TableConfig
-from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    DeltaConcurrentModificationException,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
 from airflow_delta.engine.features import check_checkpoint_support
 from airflow_delta.engine.log_store import FileStatus, get_log_store
+from airflow_delta.engine.replay import parse_log_batch
+from airflow_delta.engine.schema import schema_to_json
 from airflow_delta.engine.snapshot import LogSegment, Snapshot, build_log_segment
+from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +72,7 @@ class DeltaLog:
         self.log_path = self.store.join(self.table_path, "_delta_log")
 
     @classmethod
-    def for_table(
-        cls, uri: str, storage_options: Mapping[str, str] | None = None
-    ) -> DeltaLog:
+    def for_table(cls, uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaLog:
         """The DeltaLog of the table at `uri` (local path, file://, s3://, memory://)."""
         return cls(uri, storage_options)
 
@@ -193,6 +205,84 @@ class DeltaLog:
                 f"{datetime.fromtimestamp(first_ts / 1000, UTC).isoformat()})."
             )
         return eligible[-1]
+
+    def latest_version(self, start: int = 0) -> int:
+        """The newest commit version, listing only from `start` (-1 when none)."""
+        listing = self.store.list_from(self.log_path, filenames.version_prefix(start))
+        versions = [
+            p.version
+            for f in listing
+            if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
+        ]
+        return max(versions, default=start - 1)
+
+    def commit_info(self, version: int) -> CommitInfo | None:
+        """The commitInfo of commit `version` (None when the commit has none)."""
+        path = self.store.join(self.log_path, filenames.delta_file(version))
+        return parse_log_batch(self.store.read(path), path).commit_info
+
+    # -- transactions ------------------------------------------------------------------
+
+    def start_transaction(
+        self, snapshot: Snapshot | None = None, properties: CommitProperties | None = None
+    ) -> OptimisticTransaction:
+        """A transaction on `snapshot` (default: the latest; version -1 for a new table)."""
+        if snapshot is None:
+            try:
+                snapshot = self.update()
+            except TableNotFoundError:
+                snapshot = Snapshot.empty(self)
+        return OptimisticTransaction(self, snapshot, properties)
+
+    @classmethod
+    def create_table(
+        cls,
+        uri: str,
+        schema: pa.Schema,
+        partition_columns: Sequence[str] = (),
+        configuration: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> DeltaLog:
+        """Create a table at `uri`: commit version 0 with its protocol and metadata.
+
+        The protocol is (1, 2) unless the configuration needs table features.
+        """
+        delta_log = cls(uri, storage_options)
+        txn = delta_log.start_transaction()
+        if txn.read_version >= 0:
+            raise TableAlreadyExistsError(
+                f"Cannot create table {uri}: a Delta table exists there (version "
+                f"{txn.read_version})."
+            )
+        metadata = Metadata(
+            id=str(uuid.uuid4()),
+            schema_string=schema_to_json(schema),
+            partition_columns=list(partition_columns),
+            configuration=dict(configuration or {}),
+            name=name,
+            description=description,
+            created_time=int(time.time() * 1000),
+        )
+        txn.update_metadata_for_new_table(metadata)
+        operation = Operation(
+            "CREATE TABLE",
+            {
+                "isManaged": "false",
+                "description": description,
+                "partitionBy": json.dumps(list(partition_columns)),
+                "properties": json.dumps(dict(configuration or {})),
+            },
+        )
+        try:
+            txn.commit([], operation)
+        except DeltaConcurrentModificationException:
+            raise TableAlreadyExistsError(
+                f"Cannot create table {uri}: another writer created it concurrently."
+            ) from None
+        return delta_log
 
     # -- checkpoints and history -------------------------------------------------------
 

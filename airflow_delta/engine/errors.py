@@ -62,3 +62,12 @@ class ProtocolChangedException(DeltaConcurrentModificationException):
 
 class ConcurrentTransactionException(DeltaConcurrentModificationException):
     """A concurrent commit wrote the same application transaction or metadata domain."""
+
+
+class TableAlreadyExistsError(DeltaError):
+    """create_table was asked for a location that already holds a Delta table."""
+
+
+class InvalidCommitError(DeltaError):
+    """A commit breaks a rule of the table or of the protocol (append-only, partition values,
+    duplicate application transactions, a first version without protocol and metadata)."""

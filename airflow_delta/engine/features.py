@@ -96,3 +96,99 @@ def check_checkpoint_support(protocol: Protocol, table: str) -> None:
                 f"Cannot checkpoint table {table}: it uses writer features this engine does "
                 f"not support: {', '.join(unknown)}."
             )
+
+
+#: Writer features whose rules a commit from this engine (with the Spark data plane) honours.
+WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "timestampNtz",
+        "domainMetadata",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "deletionVectors",
+        "inCommitTimestamp",
+        "typeWidening",
+        "typeWidening-preview",
+    }
+)
+
+#: Legacy writer versions and the features each one implies.
+_LEGACY_WRITER_FEATURES = {
+    2: {"appendOnly", "invariants"},
+    3: {"checkConstraints"},
+    4: {"changeDataFeed", "generatedColumns"},
+    5: {"columnMapping"},
+    6: {"identityColumns"},
+}
+
+MAX_WRITER_VERSION = 7
+
+
+def writer_features(protocol: Protocol) -> set[str]:
+    """The writer features a protocol requires, legacy versions expanded."""
+    if protocol.min_writer_version >= 7:
+        return set(protocol.writer_features or [])
+    return {
+        f
+        for version, features in _LEGACY_WRITER_FEATURES.items()
+        if protocol.min_writer_version >= version
+        for f in features
+    }
+
+
+def check_writer_support(protocol: Protocol, table: str) -> None:
+    """Raise DeltaProtocolError unless this engine can commit to a table with `protocol`."""
+    check_reader_support(protocol, table)
+    if protocol.min_writer_version > MAX_WRITER_VERSION:
+        raise DeltaProtocolError(
+            f"Table {table} requires Delta writer version {protocol.min_writer_version}; "
+            f"airflow-delta supports writer versions up to {MAX_WRITER_VERSION}."
+        )
+    unsupported = sorted(writer_features(protocol) - WRITER_FEATURES)
+    if unsupported:
+        raise DeltaProtocolError(
+            f"Cannot write to table {table}: it requires writer features this engine does not "
+            f"support: {', '.join(unsupported)}. Write to it with an engine that supports them."
+        )
+
+
+#: Table properties that need a table feature, and the feature.
+PROPERTY_FEATURES = {
+    "delta.appendOnly": "appendOnly",
+    "delta.enableDeletionVectors": "deletionVectors",
+    "delta.enableInCommitTimestamps": "inCommitTimestamp",
+    "delta.enableChangeDataFeed": "changeDataFeed",
+    "delta.enableRowTracking": "rowTracking",
+    "delta.columnMapping.mode": "columnMapping",
+    "delta.checkpointPolicy": "v2Checkpoint",
+    "delta.enableTypeWidening": "typeWidening",
+}
+
+#: Features that readers must know too (reader-writer features).
+READER_WRITER_FEATURES = frozenset(
+    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
+     "typeWidening", "typeWidening-preview", "variantType", "variantType-preview"}
+)
+
+
+def required_protocol(current: Protocol | None, features: set[str]) -> Protocol:
+    """The protocol a table needs to use `features`, upgrading `current` as little as possible.
+
+    Legacy (1, 2) and (1, 3) cover appendOnly, invariants and checkConstraints; any other feature
+    moves the table to reader 3 / writer 7 with explicit feature lists.
+    """
+    base = current or Protocol(1, 2)
+    needed = features | writer_features(base) | reader_features(base)
+    legacy = {"appendOnly", "invariants", "checkConstraints"}
+    if base.min_writer_version < 7 and needed <= legacy:
+        writer = 3 if "checkConstraints" in needed else 2
+        return Protocol(base.min_reader_version, max(base.min_writer_version, writer))
+    readers = sorted(needed & READER_WRITER_FEATURES)
+    if readers or base.min_reader_version >= 3:
+        reader_version, reader_list = 3, sorted(set(readers) | reader_features(base))
+    else:
+        reader_version, reader_list = base.min_reader_version, None
+    return Protocol(reader_version, 7, reader_list, sorted(needed))

@@ -9,6 +9,7 @@ checkpoint keep the checkpoint's order; files added later follow in log order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -43,6 +44,7 @@ class LogBatch:
     """
 
     source: str = ""
+    file_loader: Callable[[], tuple[pa.StructArray, pa.StructArray]] | None = None
     adds: pa.StructArray | None = None
     removes: pa.StructArray | None = None
     add_rows: list[dict] = field(default_factory=list)
@@ -60,17 +62,26 @@ class LogBatch:
 
     @property
     def num_file_actions(self) -> int:
+        """File actions in the batch (loads a checkpoint's file actions)."""
+        self._load_files()
         arrays = sum(len(a) for a in (self.adds, self.removes) if a is not None)
         return arrays + len(self.add_rows) + len(self.remove_rows)
 
+    def _load_files(self) -> None:
+        if self.file_loader is not None:
+            self.adds, self.removes = self.file_loader()
+            self.file_loader = None
+
     def add_array(self) -> pa.StructArray:
         """The AddFiles of this batch as ADD_TYPE structs."""
+        self._load_files()
         if self.adds is None:
             self.adds = _struct_array(self.add_rows, ADD_TYPE, self.source, "add")
         return self.adds
 
     def remove_array(self) -> pa.StructArray:
         """The RemoveFiles of this batch as REMOVE_TYPE structs."""
+        self._load_files()
         if self.removes is None:
             self.removes = _struct_array(self.remove_rows, REMOVE_TYPE, self.source, "remove")
         return self.removes

@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.columnar import scalar
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
 
 DELTA_METADATA_KEY = b"delta.metadata"
@@ -514,7 +515,8 @@ def partition_values_to_arrow(values: pa.Array | pa.ChunkedArray, delta_type: st
     strings = values.cast(pa.string())
     if isinstance(strings, pa.ChunkedArray):
         strings = strings.combine_chunks()
-    strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
+    empty = pc.equal(strings, scalar("", pa.string()))
+    strings = pc.if_else(empty, scalar(None, pa.string()), strings)
     if kind == "string":
         return strings
     if kind == "binary":
@@ -524,7 +526,7 @@ def partition_values_to_arrow(values: pa.Array | pa.ChunkedArray, delta_type: st
             raise _bad_value(strings.drop_null()[0].as_py(), delta_type)
         return pa.nulls(len(strings))
     valid = pc.match_substring_regex(strings, f"^(?:{_PATTERNS[kind]})$")
-    bad = pc.invert(pc.fill_null(valid, True))
+    bad = pc.invert(pc.fill_null(valid, scalar(True, pa.bool_())))
     if pc.any(bad).as_py():
         raise _bad_value(strings.filter(bad)[0].as_py(), delta_type)
     if kind in ("timestamp", "timestamp_ntz"):

@@ -149,6 +149,12 @@ class Snapshot:
         self.commit_info = replay.last_commit_info
 
     @classmethod
+    def empty(cls, delta_log: DeltaLog) -> Snapshot:
+        """The state before version 0 (version -1): no protocol, metadata or files."""
+        segment = LogSegment(delta_log.log_path, -1, (), (), None, 0)
+        return cls(delta_log, segment, InMemoryLogReplay(min_file_retention_timestamp=0))
+
+    @classmethod
     def load(cls, delta_log: DeltaLog, segment: LogSegment, checkpoint_batch=None) -> Snapshot:
         """Replay `segment` (its checkpoint already read into `checkpoint_batch` if any)."""
         table = delta_log.table_uri

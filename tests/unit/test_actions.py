@@ -24,32 +24,92 @@ from airflow_delta.engine.actions import (
 from airflow_delta.engine.errors import CorruptLogError
 
 LINES = [
-    {"commitInfo": {"timestamp": 1, "operation": "WRITE", "operationParameters": {"mode": "Append"},
-                    "readVersion": 3, "isBlindAppend": True, "inCommitTimestamp": 5}},
-    {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
-                  "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}},
-    {"metaData": {"id": "id-1", "name": "t", "description": "d",
-                  "format": {"provider": "parquet", "options": {"k": "v"}},
-                  "schemaString": "{\"type\":\"struct\",\"fields\":[]}",
-                  "partitionColumns": ["p"], "configuration": {"delta.appendOnly": "true"},
-                  "createdTime": 7}},
-    {"add": {"path": "p=1/a.parquet", "partitionValues": {"p": "1"}, "size": 10,
-             "modificationTime": 11, "dataChange": True, "stats": "{\"numRecords\":3}",
-             "tags": {"t": "v"},
-             "deletionVector": {"storageType": "u", "pathOrInlineDv": "ab", "offset": 1,
-                                "sizeInBytes": 36, "cardinality": 2},
-             "baseRowId": 4, "defaultRowCommitVersion": 2, "clusteringProvider": "liquid"}},
-    {"remove": {"path": "b.parquet", "deletionTimestamp": 12, "dataChange": False,
-                "extendedFileMetadata": True, "partitionValues": {"p": None}, "size": 3}},
-    {"cdc": {"path": "_change_data/c.parquet", "partitionValues": {}, "size": 5,
-             "dataChange": False}},
+    {
+        "commitInfo": {
+            "timestamp": 1,
+            "operation": "WRITE",
+            "operationParameters": {"mode": "Append"},
+            "readVersion": 3,
+            "isBlindAppend": True,
+            "inCommitTimestamp": 5,
+        }
+    },
+    {
+        "protocol": {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors"],
+            "writerFeatures": ["deletionVectors"],
+        }
+    },
+    {
+        "metaData": {
+            "id": "id-1",
+            "name": "t",
+            "description": "d",
+            "format": {"provider": "parquet", "options": {"k": "v"}},
+            "schemaString": '{"type":"struct","fields":[]}',
+            "partitionColumns": ["p"],
+            "configuration": {"delta.appendOnly": "true"},
+            "createdTime": 7,
+        }
+    },
+    {
+        "add": {
+            "path": "p=1/a.parquet",
+            "partitionValues": {"p": "1"},
+            "size": 10,
+            "modificationTime": 11,
+            "dataChange": True,
+            "stats": '{"numRecords":3}',
+            "tags": {"t": "v"},
+            "deletionVector": {
+                "storageType": "u",
+                "pathOrInlineDv": "ab",
+                "offset": 1,
+                "sizeInBytes": 36,
+                "cardinality": 2,
+            },
+            "baseRowId": 4,
+            "defaultRowCommitVersion": 2,
+            "clusteringProvider": "liquid",
+        }
+    },
+    {
+        "remove": {
+            "path": "b.parquet",
+            "deletionTimestamp": 12,
+            "dataChange": False,
+            "extendedFileMetadata": True,
+            "partitionValues": {"p": None},
+            "size": 3,
+        }
+    },
+    {
+        "cdc": {
+            "path": "_change_data/c.parquet",
+            "partitionValues": {},
+            "size": 5,
+            "dataChange": False,
+        }
+    },
     {"txn": {"appId": "app", "version": 9, "lastUpdated": 13}},
     {"domainMetadata": {"domain": "delta.rowTracking", "configuration": "{}", "removed": False}},
     {"sidecar": {"path": "s.parquet", "sizeInBytes": 14, "modificationTime": 15}},
     {"checkpointMetadata": {"version": 16}},
 ]
-TYPES = [CommitInfo, Protocol, Metadata, AddFile, RemoveFile, AddCDCFile, SetTransaction,
-         DomainMetadata, Sidecar, CheckpointMetadata]
+TYPES = [
+    CommitInfo,
+    Protocol,
+    Metadata,
+    AddFile,
+    RemoveFile,
+    AddCDCFile,
+    SetTransaction,
+    DomainMetadata,
+    Sidecar,
+    CheckpointMetadata,
+]
 
 
 def test_every_action_round_trips() -> None:
@@ -61,8 +121,10 @@ def test_every_action_round_trips() -> None:
 
 
 def test_unknown_fields_and_actions_are_kept() -> None:
-    lines = [{"add": {**LINES[3]["add"], "futureField": [1, {"x": None}]}},
-             {"futureAction": {"anything": True}}]
+    lines = [
+        {"add": {**LINES[3]["add"], "futureField": [1, {"x": None}]}},
+        {"futureAction": {"anything": True}},
+    ]
     actions = parse_actions("\n".join(json.dumps(x) for x in lines).encode(), "t")
     assert isinstance(actions[1], UnknownAction)
     assert actions[0].extra == {"futureField": [1, {"x": None}]}
@@ -71,7 +133,7 @@ def test_unknown_fields_and_actions_are_kept() -> None:
 
 def test_stats_stay_a_string_until_asked() -> None:
     (add,) = parse_actions(json.dumps(LINES[3]).encode(), "t")
-    assert add.stats == "{\"numRecords\":3}"
+    assert add.stats == '{"numRecords":3}'
     assert add.num_records == 3
     assert add.deletion_vector.unique_id == "uab@1"
 
@@ -85,8 +147,13 @@ def test_add_remove_helper_carries_the_file_identity() -> None:
 
 @pytest.mark.parametrize(
     "line",
-    [b'{"protocol": {"minReaderVersion": "x", "minWriterVersion": 2}}',
-     b'{"txn": {"appId": "a"}}', b'{"add": 5}', b"[1]", b"{truncated"],
+    [
+        b'{"protocol": {"minReaderVersion": "x", "minWriterVersion": 2}}',
+        b'{"txn": {"appId": "a"}}',
+        b'{"add": 5}',
+        b"[1]",
+        b"{truncated",
+    ],
 )
 def test_malformed_actions_are_typed_errors(line: bytes) -> None:
     with pytest.raises(CorruptLogError, match=r"bad\.json"):

@@ -23,20 +23,35 @@ ROWS = {
             "modificationTime": 4,
             "dataChange": True,
             "stats": '{"numRecords":1}',
-            "deletionVector": {"storageType": "u", "pathOrInlineDv": "zz", "offset": 1,
-                               "sizeInBytes": 3, "cardinality": 2},
+            "deletionVector": {
+                "storageType": "u",
+                "pathOrInlineDv": "zz",
+                "offset": 1,
+                "sizeInBytes": 3,
+                "cardinality": 2,
+            },
             "unknown": [1, 2],
         },
         None,
         {"path": "b", "partitionValues": {}, "size": 5, "dataChange": False},
     ],
     METADATA_TYPE: [
-        {"id": "x", "format": {"provider": "parquet", "options": {}}, "schemaString": "{}",
-         "partitionColumns": ["a", "b"], "configuration": {"k": "v"}, "createdTime": None}
+        {
+            "id": "x",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": "{}",
+            "partitionColumns": ["a", "b"],
+            "configuration": {"k": "v"},
+            "createdTime": None,
+        }
     ],
     PROTOCOL_TYPE: [
-        {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
-         "writerFeatures": []}
+        {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors"],
+            "writerFeatures": [],
+        }
     ],
 }
 
@@ -64,9 +79,22 @@ def test_scalar() -> None:
 
 def test_load_and_checkpoint_do_not_import_pandas(tmp_path: Path) -> None:
     make_table(tmp_path, 12)
-    write_commit(tmp_path, 12, [{"remove": {"path": "f0", "deletionTimestamp": 2**62}},
-                                {"add": {"path": "f%201", "partitionValues": {}, "size": 1,
-                                         "modificationTime": 0, "dataChange": True}}])
+    write_commit(
+        tmp_path,
+        12,
+        [
+            {"remove": {"path": "f0", "deletionTimestamp": 2**62}},
+            {
+                "add": {
+                    "path": "f%201",
+                    "partitionValues": {},
+                    "size": 1,
+                    "modificationTime": 0,
+                    "dataChange": True,
+                }
+            },
+        ],
+    )
     script = (
         "import sys\n"
         "from airflow_delta.engine import DeltaLog\n"
@@ -76,7 +104,10 @@ def test_load_and_checkpoint_do_not_import_pandas(tmp_path: Path) -> None:
         "print('pandas' in sys.modules)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
         cwd=Path(__file__).parents[2],
     )
     assert out.stdout.strip() == "False"

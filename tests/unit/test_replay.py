@@ -56,8 +56,13 @@ def test_re_add_after_remove_and_order_within_a_commit(tmp_path) -> None:
 
 def test_file_key_includes_the_deletion_vector(tmp_path) -> None:
     make_table(tmp_path, 1)
-    dv = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 4,
-          "sizeInBytes": 40, "cardinality": 1}
+    dv = {
+        "storageType": "u",
+        "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
+        "offset": 4,
+        "sizeInBytes": 40,
+        "cardinality": 1,
+    }
     write_commit(tmp_path, 1, [remove("f0"), add("f0", deletionVector=dv)])
     snap = DeltaLog.for_table(str(tmp_path)).update()
     (only,) = snap.all_files()

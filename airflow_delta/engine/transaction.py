@@ -1,0 +1,543 @@
+"""OptimisticTransaction: read a snapshot, record what was read, commit actions atomically.
+
+Follows the seed OptimisticTransactionImpl: `prepare_commit`, isolation level, blind-append
+detection, `do_commit_retry_iteratively` (write `N.json` put-if-absent; on FileExistsError
+`check_for_conflicts` against the winners and try the next version), `post_commit`
+(checkpoint every `delta.checkpointInterval` versions) and `run_post_commit_hooks`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_delta import __version__
+from airflow_delta.engine import filenames
+from airflow_delta.engine.actions import (
+    ADD_TYPE,
+    REMOVE_TYPE,
+    Action,
+    AddCDCFile,
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Operation,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+    add_files_from_arrow,
+    serialize_actions,
+)
+from airflow_delta.engine.columnar import array_from_pylist
+from airflow_delta.engine.config import TableConfig
+from airflow_delta.engine.conflicts import (
+    DEFAULT_ISOLATION_LEVEL,
+    ConflictChecker,
+    CurrentTransactionInfo,
+    IsolationLevel,
+    WinningCommitSummary,
+)
+from airflow_delta.engine.errors import (
+    CommitFailedError,
+    DeltaProtocolError,
+    InvalidCommitError,
+)
+from airflow_delta.engine.features import (
+    PROPERTY_FEATURES,
+    check_writer_support,
+    required_protocol,
+    writer_features,
+)
+from airflow_delta.engine.post_commit import PostCommitHook
+from airflow_delta.engine.predicates import TRUE, PartitionPredicate, parse_predicates
+from airflow_delta.engine.replay import parse_log_batch
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.delta_log import DeltaLog
+    from airflow_delta.engine.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+#: Commit attempts before CommitFailedError (delta-rs gives up after 15).
+DEFAULT_MAX_COMMIT_ATTEMPTS = 100
+#: Backoff between attempts: full jitter over min(cap, base * 2**(attempt-1)) seconds.
+BACKOFF_BASE_SECONDS = 0.01
+BACKOFF_CAP_SECONDS = 1.0
+
+ENGINE_INFO = f"airflow-delta/{__version__}"
+_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
+_commit_locks: dict[str, threading.Lock] = {}
+_commit_locks_guard = threading.Lock()
+
+
+@dataclass
+class CommitProperties:
+    """Options of one commit (one object rather than a dozen loose arguments).
+
+    :param user_metadata: free text stored as commitInfo.userMetadata.
+    :param max_commit_attempts: attempts before CommitFailedError (default 100).
+    :param isolation_level: override of the table's `delta.isolationLevel`.
+    :param commit_lock: serialise the commits of writers that share this process.
+    :param custom_metadata: extra commitInfo fields.
+    """
+
+    user_metadata: str | None = None
+    max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS
+    isolation_level: IsolationLevel | str | None = None
+    commit_lock: bool = True
+    custom_metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class OptimisticTransaction:
+    """A set of actions, as part of an Operation, committed atomically to a snapshot's table."""
+
+    def __init__(
+        self,
+        delta_log: DeltaLog,
+        snapshot: Snapshot,
+        properties: CommitProperties | None = None,
+    ) -> None:
+        self.delta_log = delta_log
+        self.snapshot = snapshot
+        self.properties = properties or CommitProperties()
+        self.txn_id = str(uuid.uuid4())
+        self.new_metadata: Metadata | None = None
+        self.new_protocol: Protocol | None = None
+        self.read_predicates: list[PartitionPredicate] = []
+        self.read_files: list[pa.StructArray] = []
+        self.read_txn: set[str] = set()
+        self.has_written = False
+        self.committed = False
+        self.post_commit_hooks: list[PostCommitHook] = []
+        self.attempts = 0
+        self.conflicts_checked: list[int] = []
+        self.hook_results: dict[str, str] = {}
+
+    # -- what the transaction reads --------------------------------------------------------
+
+    @property
+    def read_version(self) -> int:
+        return self.snapshot.version
+
+    @property
+    def metadata(self) -> Metadata:
+        """The new metadata of this transaction, else the snapshot's."""
+        return self.new_metadata or self.snapshot.metadata  # type: ignore[return-value]
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.new_protocol or self.snapshot.protocol  # type: ignore[return-value]
+
+    @property
+    def table(self) -> str:
+        return self.delta_log.table_uri
+
+    def _partition_types(self) -> dict[str, Any]:
+        metadata = self.metadata
+        if metadata is None or not metadata.partition_columns:
+            return {}
+        fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
+        by_name = {f["name"]: f for f in fields}  # whole fields: column mapping needs metadata
+        return {c: by_name.get(c, "string") for c in metadata.partition_columns}
+
+    def filter_files_arrow(self, predicate: str | Sequence[str] | None = None) -> pa.StructArray:
+        """The active files whose partition may satisfy `predicate`, columnar (ADD_TYPE).
+
+        Records the predicate in `read_predicates` and the files in `read_files`.
+        """
+        parsed = parse_predicates(predicate, self._partition_types())
+        files = self.snapshot.files() if self.read_version >= 0 else pa.nulls(0, ADD_TYPE)
+        if not parsed.matches_all():
+            files = files.filter(parsed.evaluate(files))
+        self.read_predicates.append(parsed)
+        self.read_files.append(files)
+        return files
+
+    def filter_files(self, predicate: str | Sequence[str] | None = None) -> list[AddFile]:
+        """The AddFiles to scan for `predicate` (SQL over partition columns; None = all)."""
+        return add_files_from_arrow(self.filter_files_arrow(predicate))
+
+    def read_whole_table(self) -> None:
+        """Record that the transaction depends on the whole table."""
+        self.read_predicates.append(TRUE)
+
+    def txn_version(self, app_id: str) -> int:
+        """The latest version committed by `app_id`, or -1; records the read."""
+        self.read_txn.add(app_id)
+        return self.snapshot.transactions.get(app_id, -1) if self.read_version >= 0 else -1
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def update_metadata(self, metadata: Metadata) -> None:
+        """Change the table metadata in this transaction (once, before writing data)."""
+        assert not self.has_written, (
+            "Cannot update the metadata in a transaction that has already written data."
+        )
+        assert self.new_metadata is None, (
+            "Cannot change the metadata more than once in a transaction."
+        )
+        self.verify_new_metadata(metadata)
+        self.new_metadata = metadata
+
+    def update_metadata_for_new_table(self, metadata: Metadata) -> None:
+        """Set the metadata of a table this transaction creates (read version -1)."""
+        if self.read_version >= 0:
+            raise InvalidCommitError(
+                f"Table {self.table} already exists at version {self.read_version}"
+            )
+        self.update_metadata(metadata)
+
+    def verify_new_metadata(self, metadata: Metadata) -> None:
+        """Check names, partition columns and the features the configuration needs.
+
+        A feature the current protocol lacks is added through `new_protocol`.
+        """
+        schema = json.loads(metadata.schema_string or "null")
+        if not isinstance(schema, dict) or schema.get("type") != "struct":
+            raise InvalidCommitError(f"Table {self.table}: metadata has no struct schemaString")
+        names = [f["name"] for f in schema.get("fields", [])]
+        mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
+        _check_names(names, mapping, self.table)
+        top = {f["name"]: f["type"] for f in schema.get("fields", [])}
+        for column in metadata.partition_columns:
+            if column not in top:
+                raise InvalidCommitError(
+                    f"Table {self.table}: partition column '{column}' is not in the schema "
+                    f"(columns: {', '.join(names)})"
+                )
+            if isinstance(top[column], dict):
+                raise InvalidCommitError(
+                    f"Table {self.table}: partition column '{column}' must have a primitive type"
+                )
+        wanted = {
+            feature
+            for key, feature in PROPERTY_FEATURES.items()
+            if metadata.configuration.get(key, "false").lower() not in ("false", "none")
+        }
+        if "timestamp_ntz" in metadata.schema_string:  # type: ignore[operator]
+            wanted.add("timestampNtz")
+        current = self.snapshot.protocol if self.read_version >= 0 else None
+        if current is None or not wanted <= writer_features(current):
+            protocol = required_protocol(current, wanted)
+            if current is None or protocol != current:
+                self.new_protocol = protocol
+
+    # -- hooks and metadata of the commit ------------------------------------------------------
+
+    def register_post_commit_hook(self, hook: PostCommitHook) -> None:
+        """Run `hook` after the commit (each hook once)."""
+        if hook not in self.post_commit_hooks:
+            self.post_commit_hooks.append(hook)
+
+    def get_user_metadata(self, operation: Operation) -> str | None:
+        return (operation.parameters or {}).get("userMetadata") or self.properties.user_metadata
+
+    def get_isolation_level(self, actions: Sequence[Action]) -> IsolationLevel:
+        """SnapshotIsolation when no file action changes data, else the table's level."""
+        file_actions = [a for a in actions if isinstance(a, AddFile | RemoveFile | AddCDCFile)]
+        if file_actions and not any(a.data_change for a in file_actions):
+            return IsolationLevel.SNAPSHOT_ISOLATION
+        override = self.properties.isolation_level
+        if override is not None:
+            return (
+                override if isinstance(override, IsolationLevel) else IsolationLevel.parse(override)
+            )
+        configured = TableConfig(self.metadata.configuration).isolation_level
+        return IsolationLevel.parse(configured) if configured else DEFAULT_ISOLATION_LEVEL
+
+    # -- commit ---------------------------------------------------------------------------
+
+    def commit(self, actions: Sequence[Action], operation: Operation) -> int:
+        """Commit `actions` as `operation`; returns the committed version."""
+        prepared = self.prepare_commit(actions, operation)
+        isolation = self.get_isolation_level(prepared)
+        only_add_files = not any(isinstance(a, RemoveFile) for a in prepared)
+        depends_on_files = bool(self.read_predicates or any(len(f) for f in self.read_files))
+        is_blind_append = only_add_files and not depends_on_files
+        config = TableConfig(self.metadata.configuration)
+        has_file_actions = any(isinstance(a, AddFile | RemoveFile) for a in prepared)
+        if config.symlink_manifest_enabled and has_file_actions:
+            from airflow_delta.engine.post_commit import GenerateSymlinkManifest
+
+            self.register_post_commit_hook(GenerateSymlinkManifest())
+        info: dict[str, Any] = {
+            "timestamp": int(time.time() * 1000),
+            "operation": operation.name,
+            "operationParameters": {
+                k: v if isinstance(v, str) else json.dumps(v)
+                for k, v in (operation.parameters or {}).items()
+            },
+            **({"readVersion": self.read_version} if self.read_version >= 0 else {}),
+            "isolationLevel": isolation.value,
+            "isBlindAppend": is_blind_append,
+            "operationMetrics": {k: str(v) for k, v in (operation.metrics or {}).items()},
+            "engineInfo": ENGINE_INFO,
+            "txnId": self.txn_id,
+        }
+        user_metadata = self.get_user_metadata(operation)
+        if user_metadata is not None:
+            info["userMetadata"] = user_metadata
+        info.update(self.properties.custom_metadata)
+        version = self.do_commit_retry_iteratively(
+            self.read_version + 1, CommitInfo(info), prepared, isolation
+        )
+        log.info("Committed delta #%s to %s", version, self.delta_log.log_path)
+        needs_checkpoint = version > 0 and version % config.checkpoint_interval == 0
+        self.post_commit(version, needs_checkpoint)
+        self.run_post_commit_hooks(version, prepared)
+        return version
+
+    def prepare_commit(self, actions: Sequence[Action], operation: Operation) -> list[Action]:
+        """Validate the actions and add the new metadata and protocol."""
+        assert not self.committed, "Transaction already committed."
+        actions = [a for a in actions if not isinstance(a, CommitInfo)]
+        metadatas = [a for a in actions if isinstance(a, Metadata)]
+        if self.new_metadata is not None:
+            metadatas.append(self.new_metadata)
+        assert len(metadatas) <= 1, "Cannot change the metadata more than once in a transaction."
+        if metadatas and self.new_metadata is None:
+            self.verify_new_metadata(metadatas[0])
+        protocols = [a for a in actions if isinstance(a, Protocol)]
+        if self.new_protocol is not None and self.new_protocol not in protocols:
+            protocols.append(self.new_protocol)
+        if len(protocols) > 1:
+            raise InvalidCommitError(
+                f"Table {self.table}: a commit can carry at most one protocol action"
+            )
+        others = [a for a in actions if not isinstance(a, Metadata | Protocol)]
+        prepared: list[Action] = [*protocols, *metadatas, *others]
+        if self.read_version < 0 and not (protocols and metadatas):
+            raise InvalidCommitError(
+                f"Table {self.table}: the first commit (version 0) must carry both a protocol "
+                "and a metadata action; use DeltaLog.create_table."
+            )
+        protocol = protocols[0] if protocols else self.snapshot.protocol
+        metadata = metadatas[0] if metadatas else self.snapshot.metadata
+        check_writer_support(protocol, self.table)
+        self._check_file_actions(prepared, metadata)
+        app_ids = [a.app_id for a in prepared if isinstance(a, SetTransaction)]
+        if len(app_ids) != len(set(app_ids)):
+            raise InvalidCommitError(
+                f"Table {self.table}: a commit can carry at most one txn action per appId "
+                f"(found {sorted(app_ids)})"
+            )
+        if any(isinstance(a, DomainMetadata) for a in prepared) and "domainMetadata" not in (
+            writer_features(protocol)
+        ):
+            raise DeltaProtocolError(
+                f"Table {self.table}: domainMetadata actions need the domainMetadata writer feature"
+            )
+        return prepared
+
+    def _check_file_actions(self, actions: Sequence[Action], metadata: Metadata) -> None:
+        columns = set(metadata.partition_columns)
+        if TableConfig(metadata.configuration).append_only:
+            removing = [a.path for a in actions if isinstance(a, RemoveFile) and a.data_change]
+            if removing:
+                raise InvalidCommitError(
+                    f"Table {self.table} is append-only (delta.appendOnly=true): this commit "
+                    f"removes data files (e.g. {removing[0]}). Only appends are allowed; unset "
+                    "delta.appendOnly to delete or overwrite."
+                )
+        for a in actions:
+            if isinstance(a, AddFile) and set(a.partition_values) != columns:
+                raise InvalidCommitError(
+                    f"Table {self.table}: file {a.path} has partition values for "
+                    f"{sorted(a.partition_values)} but the table is partitioned by "
+                    f"{sorted(columns)}"
+                )
+
+    @contextmanager
+    def lock_commit_if_enabled(self) -> Iterator[None]:
+        """Serialise commits to this table from writers sharing this process, when enabled."""
+        if not self.properties.commit_lock:
+            yield
+            return
+        with _commit_locks_guard:
+            lock = _commit_locks.setdefault(self.delta_log.log_path, threading.Lock())
+        with lock:
+            yield
+
+    def do_commit_retry_iteratively(
+        self,
+        attempt_version: int,
+        commit_info: CommitInfo,
+        actions: list[Action],
+        isolation_level: IsolationLevel,
+    ) -> int:
+        """Write the commit at `attempt_version`, checking conflicts and moving on when taken."""
+        started = time.monotonic()
+        first_version = attempt_version
+        max_attempts = max(1, self.properties.max_commit_attempts)
+        current: CurrentTransactionInfo | None = None
+        while True:
+            self.attempts += 1
+            try:
+                with self.lock_commit_if_enabled():
+                    self.do_commit(attempt_version, commit_info, actions, isolation_level)
+                return attempt_version
+            except FileExistsError:
+                if self.attempts >= max_attempts:
+                    elapsed = int((time.monotonic() - started) * 1000)
+                    raise CommitFailedError(
+                        f"This commit has failed as it has been tried {self.attempts} times but "
+                        "did not succeed.\nThis can be caused by the Delta table being committed "
+                        "continuously by many concurrent commits.\n\n"
+                        f"Table: {self.table}\n"
+                        f"Commit started at version: {first_version}\n"
+                        f"Commit failed at version: {attempt_version}\n"
+                        f"Number of actions attempted to commit: {len(actions)}\n"
+                        f"Total time spent attempting this commit: {elapsed} ms\n"
+                        "Raise max_commit_attempts, or reduce the number of concurrent writers."
+                    ) from None
+                current = current or self._current_transaction_info(actions, isolation_level)
+                next_version = self.check_for_conflicts(attempt_version, current)
+                if next_version < 0:  # our own earlier attempt won
+                    return -next_version - 1
+                self._backoff()
+                attempt_version = next_version
+
+    def do_commit(
+        self,
+        attempt_version: int,
+        commit_info: CommitInfo,
+        actions: list[Action],
+        isolation_level: IsolationLevel,
+    ) -> None:
+        """One attempt: write `attempt_version`.json put-if-absent (FileExistsError if taken)."""
+        log.debug(
+            "Attempting to commit version %s with %s actions with %s isolation level",
+            attempt_version,
+            len(actions) + 1,
+            isolation_level.value,
+        )
+        config = TableConfig(self.metadata.configuration)
+        if config.in_commit_timestamps_enabled:
+            commit_info.info["inCommitTimestamp"] = self._in_commit_timestamp(attempt_version)
+        data = serialize_actions([commit_info, *actions])
+        path = self.delta_log.store.join(
+            self.delta_log.log_path, filenames.delta_file(attempt_version)
+        )
+        self.delta_log.store.write(path, data, overwrite=False)
+
+    def _in_commit_timestamp(self, version: int) -> int:
+        """Wall clock, but strictly after the previous commit's inCommitTimestamp."""
+        now = int(time.time() * 1000)
+        if version == 0:
+            return now
+        previous = self.delta_log.commit_info(version - 1)
+        prev_ict = (previous.in_commit_timestamp if previous else None) or 0
+        return max(now, prev_ict + 1)
+
+    def _current_transaction_info(
+        self, actions: Sequence[Action], isolation_level: IsolationLevel
+    ) -> CurrentTransactionInfo:
+        removes = [a.to_json_dict() for a in actions if isinstance(a, RemoveFile)]
+        return CurrentTransactionInfo(
+            table=self.table,
+            read_version=self.read_version,
+            isolation_level=isolation_level,
+            read_predicates=list(self.read_predicates),
+            read_files=pa.concat_arrays(self.read_files)
+            if self.read_files
+            else pa.nulls(0, ADD_TYPE),
+            read_whole_table=any(p.matches_all() for p in self.read_predicates),
+            read_app_ids=set(self.read_txn),
+            metadata_changed=any(isinstance(a, Metadata) for a in actions),
+            removed_files=array_from_pylist(removes, REMOVE_TYPE),
+            domains={a.domain for a in actions if isinstance(a, DomainMetadata)},
+        )
+
+    def check_for_conflicts(self, check_version: int, current: CurrentTransactionInfo) -> int:
+        """Check the commits from `check_version` on; the next version to try.
+
+        Returns `-(v + 1)` when commit `v` is this transaction's own earlier attempt (its txnId),
+        so that a retried write is never committed twice.
+        """
+        started = time.monotonic()
+        next_version = self.get_next_attempt_version(check_version)
+        store = self.delta_log.store
+        for version in range(check_version, next_version):
+            path = store.join(self.delta_log.log_path, filenames.delta_file(version))
+            winner = WinningCommitSummary(version, parse_log_batch(store.read(path), path))
+            if winner.commit_info and winner.commit_info.info.get("txnId") == self.txn_id:
+                log.info("Commit %s of %s is this transaction's own attempt", version, self.table)
+                return -version - 1
+            ConflictChecker(current, winner).check_conflicts()
+            self.conflicts_checked.append(version)
+            log.info(
+                "Completed checking for conflicts Version: %s Attempt: %s Time: %s ms",
+                version,
+                self.attempts,
+                int((time.monotonic() - started) * 1000),
+            )
+        log.info(
+            "No logical conflicts with deltas [%s, %s), retrying.", check_version, next_version
+        )
+        return next_version
+
+    def get_next_attempt_version(self, previous_attempt_version: int) -> int:
+        """One past the latest commit in the log (listing from the attempt that failed)."""
+        return self.delta_log.latest_version(start=previous_attempt_version) + 1
+
+    def _backoff(self) -> None:
+        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (self.attempts - 1))
+        time.sleep(random.uniform(0, ceiling))
+
+    # -- after the commit -------------------------------------------------------------------
+
+    def post_commit(self, commit_version: int, needs_checkpoint: bool) -> None:
+        """Mark the transaction committed and checkpoint when the interval says so."""
+        self.committed = True
+        if not needs_checkpoint:
+            return
+        try:
+            self.delta_log.checkpoint(self.delta_log.snapshot_at(version=commit_version))
+            self.hook_results["interval_checkpoint"] = "ok"
+        except Exception as exc:
+            log.warning("Failed to checkpoint table state.", exc_info=True)
+            self.hook_results["interval_checkpoint"] = f"failed: {exc}"
+
+    def run_post_commit_hooks(self, version: int, committed_actions: Sequence[Action]) -> None:
+        """Run every registered hook; a hook's error is logged and handed to the hook."""
+        assert self.committed, "Can't call post commit hooks before committing"
+        for hook in self.post_commit_hooks:
+            try:
+                hook.run(self, version, committed_actions)
+                self.hook_results[hook.name] = "ok"
+            except Exception as exc:
+                log.error(
+                    "Error when executing post-commit hook %s for commit %s",
+                    hook.name,
+                    version,
+                    exc_info=True,
+                )
+                self.hook_results[hook.name] = f"failed: {exc}"
+                hook.handle_error(exc, version)
+
+
+def _check_names(names: list[str], column_mapping: bool, table: str) -> None:
+    lowered = [n.lower() for n in names]
+    duplicates = sorted({n for n in names if lowered.count(n.lower()) > 1})
+    if duplicates:
+        raise InvalidCommitError(
+            f"Table {table}: found duplicate column(s) in the schema: {', '.join(duplicates)}"
+        )
+    if not column_mapping:
+        bad = [n for n in names if _INVALID_NAME_CHARS & set(n)]
+        if bad:
+            raise InvalidCommitError(
+                f"Table {table}: column names {bad} contain invalid characters among "
+                "' ,;{}()\\n\\t='; rename them or enable column mapping."
+            )

@@ -1,0 +1,463 @@
+"""Partition predicates: parsing, typing and vectorised three-valued evaluation on AddFiles."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_delta.engine.actions import ADD_TYPE
+from airflow_delta.engine.columnar import array_from_pylist
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.predicates import (
+    TRUE,
+    InvalidPredicateError,
+    PartitionPredicate,
+    parse_predicates,
+)
+
+COLUMNS = {
+    "date": "date",
+    "region": "string",
+    "n": "integer",
+    "big": "long",
+    "ts": "timestamp",
+    "ntz": "timestamp_ntz",
+    "d": "decimal(5,2)",
+    "f": "double",
+    "b": "boolean",
+}
+SPECIAL = "it's = 'x' AND é/%20"
+
+PARTITIONS: dict[str, dict[str, str | None] | None] = {
+    "f0": {
+        "date": "2024-01-01",
+        "region": "eu",
+        "n": "3",
+        "big": "3",
+        "ts": "2024-01-01 00:00:00",
+        "ntz": "2024-01-01 00:00:00",
+        "d": "1.50",
+        "f": "0.5",
+        "b": "true",
+    },
+    "f1": {
+        "date": "2024-01-02",
+        "region": "us",
+        "n": "5",
+        "big": "6",
+        "ts": "2024-01-02T10:00:00.000000Z",
+        "ntz": "2024-01-02T10:00:00.000000",
+        "d": "2.00",
+        "f": "-1E3",
+        "b": "false",
+    },
+    "f2": {column: None for column in COLUMNS},
+    "f3": {},
+    "f4": {
+        "date": "2023-12-31",
+        "region": SPECIAL,
+        "n": "-7",
+        "big": "-7",
+        "ts": "2023-12-31 23:59:59.999999",
+        "ntz": "2023-12-31 23:59:59.999999",
+        "d": "-0.01",
+        "f": "Infinity",
+        "b": "TRUE",
+        "other": "ignored",
+    },
+    "f5": None,
+}
+NULLS = ["f2", "f3", "f5"]
+ALL = sorted(PARTITIONS)
+
+
+def add_files(partitions: dict[str, Any]) -> pa.StructArray:
+    rows = [
+        {
+            "path": path,
+            "partitionValues": values,
+            "size": 1,
+            "modificationTime": 0,
+            "dataChange": True,
+        }
+        for path, values in partitions.items()
+    ]
+    return array_from_pylist(rows, ADD_TYPE)
+
+
+FILES = add_files(PARTITIONS)
+
+
+def select(
+    predicate: str | list[str] | None,
+    files: pa.StructArray = FILES,
+    columns: dict[str, Any] = COLUMNS,
+) -> list[str]:
+    mask = parse_predicates(predicate, columns).evaluate(files)
+    assert isinstance(mask, pa.BooleanArray)
+    assert len(mask) == len(files) and mask.null_count == 0
+    return sorted(files.field("path").filter(mask).to_pylist())
+
+
+def error(predicate: str, columns: dict[str, Any] = COLUMNS) -> InvalidPredicateError:
+    with pytest.raises(InvalidPredicateError) as info:
+        PartitionPredicate.parse(predicate, columns)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("n = 3", ["f0"]),
+        ("n == 3", ["f0"]),
+        ("n != 3", ["f1", "f4"]),
+        ("n <> 3", ["f1", "f4"]),
+        ("n < 3", ["f4"]),
+        ("n <= 3", ["f0", "f4"]),
+        ("n > 3", ["f1"]),
+        ("n >= 3", ["f0", "f1"]),
+        ("3 < n", ["f1"]),
+        ("n = -7", ["f4"]),
+        ("n > +4", ["f1"]),
+        ("n <=> 3", ["f0"]),
+        ("n <=> NULL", NULLS),
+        ("NULL <=> n", NULLS),
+        ("n = NULL", []),
+        ("n != NULL", []),
+        ("n BETWEEN -7 AND 3", ["f0", "f4"]),
+        ("n NOT BETWEEN -7 AND 3", ["f1"]),
+        ("region = 'eu'", ["f0"]),
+        ("region > 'eu'", ["f1", "f4"]),
+        ("region = 'it''s = ''x'' AND é/%20'", ["f4"]),
+        ("region = ''", []),
+    ],
+)
+def test_comparisons(predicate: str, expected: list[str]) -> None:
+    assert select(predicate) == expected
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("n IN (3, 5)", ["f0", "f1"]),
+        ("n IN (3, NULL)", ["f0"]),
+        ("n NOT IN (3)", ["f1", "f4"]),
+        ("n NOT IN (3, NULL)", []),
+        ("NOT n IN (3, NULL)", []),
+        ("n IN (NULL)", []),
+        ("n NOT IN (NULL)", []),
+        ("region IN ('eu', 'it''s = ''x'' AND é/%20')", ["f0", "f4"]),
+        ("n IN ('5', 4.0, -7.00)", ["f1", "f4"]),
+        ("n IN (big, 100)", ["f0", "f4"]),
+        ("n NOT IN (big, 100)", ["f1"]),
+        ("date IN (DATE '2024-01-02', '2023-12-31')", ["f1", "f4"]),
+        ("NULL IN (1, 2)", []),
+        ("3 IN (1, n)", ["f0"]),
+    ],
+)
+def test_in_lists_follow_sql_null_semantics(predicate: str, expected: list[str]) -> None:
+    assert select(predicate) == expected
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("region IS NULL", NULLS),
+        ("region IS NOT NULL", ["f0", "f1", "f4"]),
+        ("n IS NULL AND date IS NULL", NULLS),
+        ("(n > 3) IS NULL", NULLS),
+        ("NULL IS NULL", ALL),
+        ("3 IS NULL", []),
+    ],
+)
+def test_is_null_and_missing_keys(predicate: str, expected: list[str]) -> None:
+    assert select(predicate) == sorted(expected)
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        # NULL partitions: unknown never selects, unless OR finds a true side or NOT of false.
+        ("NOT (n = 3)", ["f1", "f4"]),
+        ("n = 3 OR n IS NULL", ["f0", *NULLS]),
+        ("n > 100 AND region IS NULL", []),
+        ("n < 100 OR region IS NULL", ALL),
+        ("NOT (n > 100 AND region = 'eu')", ["f0", "f1", "f4"]),
+        ("NOT (n > 100 AND region IS NOT NULL)", ALL),
+        ("NOT (n < 100 OR region IS NOT NULL)", []),
+        ("NULL OR TRUE", ALL),
+        ("NULL AND FALSE", []),
+        ("NOT NULL", []),
+        # AND binds tighter than OR, NOT tighter than AND, comparison tighter than NOT.
+        ("region = 'eu' OR n = 5 AND region = 'xx'", ["f0"]),
+        ("(region = 'eu' OR n = 5) AND region = 'xx'", []),
+        ("NOT region = 'eu' AND n = 5", ["f1"]),
+        ("NOT (region = 'eu' AND n = 5)", ["f0", "f1", "f4"]),
+        ("NOT NOT n = 3", ["f0"]),
+        ("((n = 3))", ["f0"]),
+        ("(n = 3) = (region = 'eu')", ["f0", "f1", "f4"]),
+        ("n in (3) and not b or REGION = 'us'", ["f1"]),
+    ],
+)
+def test_three_valued_logic_and_precedence(predicate: str, expected: list[str]) -> None:
+    assert select(predicate) == sorted(expected)
+
+
+def test_column_names_are_case_insensitive_and_may_be_backquoted() -> None:
+    assert select("REGION = 'eu'") == ["f0"]
+    assert select("`Region` = 'eu'") == ["f0"]
+    assert select("`date` = DATE '2024-01-01'") == ["f0"]
+    assert select("date = date '2024-01-01'") == ["f0"]
+    columns = {"Odd Name": "string", "with`tick": "integer", "and": "string"}
+    files = add_files({"a": {"Odd Name": "x", "with`tick": "1", "and": "y"}, "b": {}})
+    assert select("`odd name` = 'x' AND `WITH``TICK` = 1 AND `and` = 'y'", files, columns) == ["a"]
+    predicate = PartitionPredicate.parse("`ODD NAME` IS NULL OR `with``tick` > 0", columns)
+    assert predicate.columns == {"Odd Name", "with`tick"}
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("date = '2024-01-01'", ["f0"]),
+        ("date >= DATE '2024-01-01'", ["f0", "f1"]),
+        ("date < ' 2024-01-01 '", ["f4"]),
+        ("date = TIMESTAMP '2024-01-02 00:00:00'", ["f1"]),
+        ("date < TIMESTAMP '2024-01-01 12:00:00'", ["f0", "f4"]),
+        ("ts = TIMESTAMP '2024-01-01 00:00:00'", ["f0"]),
+        ("ts = TIMESTAMP '2024-01-02T10:00:00Z'", ["f1"]),
+        ("ts = '2024-01-02 12:00:00+02:00'", ["f1"]),
+        ("ts = '2023-12-31 23:59:59.999999'", ["f4"]),
+        ("ts > '2023-12-31T23:59:59.999998'", ["f0", "f1", "f4"]),
+        ("ts = DATE '2024-01-01'", ["f0"]),
+        ("ts >= '2024-01-01'", ["f0", "f1"]),
+        ("ts = date", ["f0"]),
+        ("ntz = TIMESTAMP '2024-01-02 10:00:00'", ["f1"]),
+        ("ntz = ts", ["f0", "f1", "f4"]),
+        ("ntz > date", ["f1", "f4"]),
+    ],
+)
+def test_dates_and_timestamps(predicate: str, expected: list[str]) -> None:
+    assert select(predicate) == expected
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("d = 1.5", ["f0"]),
+        ("d = 1.50000", ["f0"]),
+        ("d = 1.505", []),
+        ("d < 1.505", ["f0", "f4"]),
+        ("d = 2", ["f1"]),
+        ("d = '2'", ["f1"]),
+        ("d > -0.011", ["f0", "f1", "f4"]),
+        ("d = 1.5e0", ["f0"]),
+        ("d < 99999999999999999999999999999999999999", ["f0", "f1", "f4"]),
+        ("n = 3.0", ["f0"]),
+        ("n < 3.5", ["f0", "f4"]),
+        ("n = '3'", ["f0"]),
+        ("n < '3.5'", ["f0", "f4"]),
+        ("n < 10000000000", ["f0", "f1", "f4"]),
+        ("n > 2.5e0", ["f0", "f1"]),
+        ("n = d", []),
+        ("n < d", ["f4"]),
+        ("big = n", ["f0", "f4"]),
+        ("big > n", ["f1"]),
+        ("big = 9223372036854775807", []),
+        ("big < 9223372036854775808", ["f0", "f1", "f4"]),
+        ("f = 0.5", ["f0"]),
+        ("f = -1000", ["f1"]),
+        ("f > 1e308", ["f4"]),
+        ("f > d", ["f4"]),
+        ("f = 'Infinity'", ["f4"]),
+        ("b", ["f0", "f4"]),
+        ("NOT b", ["f1"]),
+        ("b = TRUE", ["f0", "f4"]),
+        ("b = 'false'", ["f1"]),
+        ("b IS NOT NULL AND b <> true", ["f1"]),
+        ("b OR n = 5", ["f0", "f1", "f4"]),
+    ],
+)
+def test_numbers_and_booleans(predicate: str, expected: list[str]) -> None:
+    assert select(predicate) == expected
+
+
+def test_binary_columns_compare_with_strings() -> None:
+    files = add_files({"a": {"bin": "abc"}, "b": {"bin": "é"}, "c": {}})
+    assert select("bin = 'é'", files, {"bin": "binary"}) == ["b"]
+    assert select("bin < 'b'", files, {"bin": "binary"}) == ["a"]
+
+
+def test_schema_fields_give_physical_names_for_column_mapping() -> None:
+    field = {
+        "name": "region",
+        "type": "string",
+        "nullable": True,
+        "metadata": {"delta.columnMapping.physicalName": "col-5f1a"},
+    }
+    files = add_files({"a": {"col-5f1a": "eu"}, "b": {"region": "eu"}})
+    assert select("region = 'eu'", files, {"region": field}) == ["a"]
+    assert select("region = 'eu'", files, {"region": "string"}) == ["b"]
+
+
+def test_lists_are_anded_and_none_selects_everything() -> None:
+    assert select(["n >= 3", "region = 'us'"]) == ["f1"]
+    assert select(["n >= 3"]) == ["f0", "f1"]
+    assert select(None) == ALL
+    assert select([]) == ALL
+    combined = parse_predicates(["n >= 3", "region = 'us' OR b"], COLUMNS)
+    assert combined.text == "(n >= 3) AND (region = 'us' OR b)"
+    assert combined.columns == {"n", "region", "b"}
+    assert select(["n >= 3", "region = 'us' OR b"]) == ["f0", "f1"]
+    assert parse_predicates(None, COLUMNS) is TRUE
+    with pytest.raises(TypeError):
+        parse_predicates(["n = 1", 5], COLUMNS)  # type: ignore[list-item]
+
+
+def test_matches_all_only_for_the_literal_true() -> None:
+    assert TRUE.text == "true" and TRUE.matches_all() and TRUE.columns == frozenset()
+    assert PartitionPredicate.parse("TRUE", COLUMNS).matches_all()
+    assert parse_predicates([], COLUMNS).matches_all()
+    for text in ("n = 3", "FALSE", "1 = 1", "TRUE AND TRUE"):
+        assert not PartitionPredicate.parse(text, COLUMNS).matches_all()
+    assert select("1 = 1") == ALL
+    assert select("1 = 2") == []
+    assert select("'a' < 'b'") == ALL
+    assert select("FALSE") == []
+
+
+def test_evaluation_edges() -> None:
+    predicate = PartitionPredicate.parse("n > 3 OR region IS NULL", COLUMNS)
+    assert predicate.evaluate(FILES[3:]).to_pylist() == [True, False, True]
+    assert predicate.evaluate(FILES[:0]).to_pylist() == []
+    assert TRUE.evaluate(FILES).to_pylist() == [True] * len(FILES)
+    assert repr(predicate) == "PartitionPredicate('n > 3 OR region IS NULL')"
+    bad = add_files({"a": {"n": "three"}})
+    with pytest.raises(CorruptLogError, match="three"):
+        predicate.evaluate(bad)
+
+
+def test_unknown_or_non_partition_columns_are_refused() -> None:
+    exc = error("x = 1 AND n = 2")
+    assert str(exc).splitlines()[0] == (
+        "Predicate 'x = 1 AND n = 2' references column 'x', which is not a partition column "
+        "of this table (partition columns: date, region, n, big, ts, ntz, d, f, b). Only "
+        "partition columns can be used to select files."
+    )
+    assert exc.position == 0
+    assert "partition columns: none" in str(error("value > 1", {}))
+    assert error("n = 1 AND other = 'x'").position == 10
+    assert isinstance(exc, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("predicate", "position", "fragment"),
+    [
+        ("n = = 1", 4, "expected a column, a literal or '(' at character 5, found '='"),
+        ("n = 1 AND", 9, "found the end of the predicate"),
+        ("", 0, "found the end of the predicate"),
+        ("n = 1)", 5, "expected an operator, AND, OR or the end of the predicate"),
+        ("(n = 1", 6, "expected ')'"),
+        ("n IN ()", 6, "found ')'"),
+        ("n IN (1 2)", 8, "expected ',' or ')'"),
+        ("n NOT = 3", 6, "expected IN or BETWEEN"),
+        ("n IS 3", 5, "expected NULL"),
+        ("n BETWEEN 1 OR 2", 12, "expected AND"),
+        ("and = 1", 0, "backquote column names that are SQL keywords"),
+        ("region = 'eu", 9, "string literal at character 10 that is never closed"),
+        ("`region = 'eu'", 0, "backquoted column name at character 1 that is never closed"),
+        ('region = "eu"', 9, "string literals take single quotes"),
+        ("n = 1; DROP TABLE t", 5, "unexpected character ';'"),
+        ("n = 1abc", 4, "malformed number '1abc'"),
+        ("n = 1.2.3", 4, "malformed number '1.2.3'"),
+        ("n = to_date(1)", 4, "not a partition column"),
+    ],
+)
+def test_syntax_errors_point_at_the_problem(predicate: str, position: int, fragment: str) -> None:
+    exc = error(predicate)
+    assert exc.position == position
+    message = str(exc)
+    assert message.startswith(f"Predicate '{predicate}' ")
+    assert fragment in message
+    assert message.splitlines()[-1] == "  " + " " * position + "^"
+
+
+@pytest.mark.parametrize(
+    ("predicate", "position", "fragment"),
+    [
+        ("date = 5", 7, "cannot compare date (partition column of type date) with 5 (an integer)"),
+        ("date = 'yesterday'", 7, "'yesterday' at character 8, which is not a date"),
+        ("date = '2024-01-01 10:00:00'", 7, "which is not a date"),
+        ("n = 'abc'", 4, "cannot compare n (partition column of type integer) with 'abc'"),
+        ("n IN (1, 'x')", 9, "which is not a number"),
+        ("b = 'yes'", 4, "which is not a boolean"),
+        ("ts < 'noon'", 5, "which is not a timestamp"),
+        ("region = 1", 9, "cannot compare region (partition column of type string) with 1"),
+        ("region = n", 9, "with n (partition column of type integer)"),
+        ("ts > 5.5", 5, "with 5.5 (a decimal)"),
+        ("b = 1", 4, "with 1 (an integer)"),
+        ("date = DATE '2024-13-01'", 12, "DATE '2024-13-01' at character 13, which is not a date"),
+        ("ts = TIMESTAMP 'soon'", 15, "which is not a timestamp"),
+        ("n", 0, "expects a condition at character 1, but n (partition column of type integer)"),
+        ("n = 1 AND 'x'", 10, "but 'x' (a string) is not a boolean"),
+        ("NOT region", 4, "is not a boolean"),
+        ("n = 1" + "0" * 39, 4, "more than 38 digits"),
+    ],
+)
+def test_type_errors_name_both_sides(predicate: str, position: int, fragment: str) -> None:
+    exc = error(predicate)
+    assert fragment in str(exc)
+    assert exc.position == position
+
+
+def test_partition_columns_of_unsupported_types_are_refused() -> None:
+    columns = {"s": {"type": "struct", "fields": []}, "v": "void"}
+    assert "type struct, which predicates cannot compare" in str(error("s IS NULL", columns))
+    assert "type void" in str(error("v IS NULL", columns))
+
+
+def test_a_hundred_thousand_files() -> None:
+    partitions = {
+        f"f{i}": {"date": f"2024-01-{i % 28 + 1:02d}", "region": ("eu", "us", None)[i % 3]}
+        for i in range(100_000)
+    }
+    files = add_files(partitions)
+    predicate = parse_predicates(
+        ["date BETWEEN '2024-01-05' AND '2024-01-10'", "region IN ('eu', NULL) OR n > 3"],
+        COLUMNS,
+    )
+    mask = predicate.evaluate(files)
+    expected = sum(5 <= i % 28 + 1 <= 10 and i % 3 == 0 for i in range(100_000))
+    assert mask.null_count == 0
+    assert mask.true_count == expected
+
+
+def test_evaluation_does_not_import_pandas() -> None:
+    script = (
+        "import sys\n"
+        "from airflow_delta.engine.actions import ADD_TYPE\n"
+        "from airflow_delta.engine.columnar import array_from_pylist\n"
+        "from airflow_delta.engine.predicates import parse_predicates\n"
+        "columns = {'d': 'date', 't': 'timestamp', 'x': 'decimal(5,2)', 'f': 'double',\n"
+        "           'b': 'binary', 'r': 'string'}\n"
+        "files = array_from_pylist([{'path': 'a', 'partitionValues': {'d': '2024-01-01',\n"
+        "    't': '2024-01-01 00:00:00', 'x': '1.00', 'f': '1', 'b': 'z', 'r': 'eu'}},\n"
+        "    {'path': 'b', 'partitionValues': {}}], ADD_TYPE)\n"
+        "p = parse_predicates([\"d = '2024-01-01' AND t < TIMESTAMP '2025-01-01 00:00:00'\",\n"
+        "    'x IN (1, 2.5, NULL) OR f > 0.5e0 OR b = \\'z\\' OR r NOT IN (\\'us\\')',\n"
+        "    'd <=> NULL OR d BETWEEN DATE \\'2023-01-01\\' AND t'], columns)\n"
+        "assert p.evaluate(files).to_pylist() == [True, False]\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,259 @@
+"""OptimisticTransaction: the seed's methods, messages and rules, on real local tables."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pyarrow as pa
+import pytest
+
+from airflow_delta.engine import (
+    CommitProperties,
+    DeltaLog,
+    IsolationLevel,
+    Metadata,
+    Operation,
+    Protocol,
+    SetTransaction,
+)
+from airflow_delta.engine.errors import (
+    CommitFailedError,
+    DeltaProtocolError,
+    InvalidCommitError,
+    TableAlreadyExistsError,
+)
+from airflow_delta.engine.post_commit import PostCommitHook
+from tests.unit.txn_helpers import APPEND, SCHEMA, add, append, new_table
+
+
+def commit_json(table, version: int) -> list[dict]:
+    text = (table / "_delta_log" / f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_create_table_commits_version_zero_with_default_protocol(tmp_path) -> None:
+    log = new_table(tmp_path)
+    snap = log.update()
+    assert snap.version == 0
+    assert (snap.protocol.min_reader_version, snap.protocol.min_writer_version) == (1, 2)
+    assert snap.partition_columns == ["part"]
+    assert snap.schema.names == SCHEMA.names
+    with pytest.raises(TableAlreadyExistsError):
+        new_table(tmp_path)
+
+
+def test_features_in_configuration_upgrade_the_protocol(tmp_path) -> None:
+    snap = new_table(tmp_path, **{"delta.enableDeletionVectors": "true"}).update()
+    assert (snap.protocol.min_reader_version, snap.protocol.min_writer_version) == (3, 7)
+    assert snap.protocol.reader_features == ["deletionVectors"]
+    assert set(snap.protocol.writer_features) >= {"deletionVectors", "appendOnly", "invariants"}
+    snap = new_table(tmp_path / "ao", **{"delta.appendOnly": "true"}).update()
+    assert (snap.protocol.min_reader_version, snap.protocol.min_writer_version) == (1, 2)
+
+
+def test_unsupported_writer_features_are_refused(tmp_path) -> None:
+    with pytest.raises(DeltaProtocolError, match="changeDataFeed"):
+        new_table(tmp_path, **{"delta.enableChangeDataFeed": "true"})
+
+
+def test_commit_writes_commit_info_first(tmp_path) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction(properties=CommitProperties(user_metadata="nightly"))
+    version = txn.commit([add("a")], Operation("WRITE", {"mode": "Append"}, {"numFiles": 1}))
+    assert version == 1
+    first = commit_json(tmp_path, 1)[0]["commitInfo"]
+    assert first["operation"] == "WRITE"
+    assert first["readVersion"] == 0
+    assert first["isBlindAppend"] is True
+    assert first["isolationLevel"] == "WriteSerializable"
+    assert first["operationMetrics"] == {"numFiles": "1"}
+    assert first["userMetadata"] == "nightly"
+    assert first["txnId"] == txn.txn_id
+    assert first["engineInfo"].startswith("airflow-delta/")
+
+
+def test_transaction_commits_once(tmp_path) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    txn.commit([add("a")], APPEND)
+    with pytest.raises(AssertionError, match=r"Transaction already committed\."):
+        txn.commit([add("a")], APPEND)
+
+
+def test_update_metadata_rules(tmp_path) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    txn.update_metadata(txn.metadata)
+    with pytest.raises(AssertionError, match="Cannot change the metadata more than once"):
+        txn.update_metadata(txn.metadata)
+    txn = log.start_transaction()
+    txn.has_written = True
+    with pytest.raises(AssertionError, match="already written data"):
+        txn.update_metadata(txn.metadata)
+
+
+def test_verify_new_metadata(tmp_path) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    dup = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "a", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "A", "type": "long", "nullable": True, "metadata": {}},
+            ],
+        }
+    )
+    with pytest.raises(InvalidCommitError, match="duplicate column"):
+        txn.update_metadata(Metadata(id="x", schema_string=dup))
+    with pytest.raises(InvalidCommitError, match="invalid characters"):
+        DeltaLog.create_table(str(tmp_path / "b"), pa.schema([("a b", pa.int64())]))
+    with pytest.raises(InvalidCommitError, match="partition column 'nope'"):
+        DeltaLog.create_table(str(tmp_path / "c"), SCHEMA, ["nope"])
+
+
+def test_prepare_commit_rules(tmp_path) -> None:
+    log = new_table(tmp_path)
+    with pytest.raises(InvalidCommitError, match="partitioned by"):
+        log.start_transaction().commit([add(None)], APPEND)
+    txns = [SetTransaction("app", 1), SetTransaction("app", 2)]
+    with pytest.raises(InvalidCommitError, match="at most one txn"):
+        log.start_transaction().commit(txns, APPEND)
+    with pytest.raises(InvalidCommitError, match="at most one protocol"):
+        log.start_transaction().commit([Protocol(1, 2), Protocol(1, 3)], APPEND)
+    fresh = DeltaLog.for_table(str(tmp_path / "new"))
+    with pytest.raises(InvalidCommitError, match="version 0"):
+        fresh.start_transaction().commit([add("a")], APPEND)
+    assert log.update().version == 0  # nothing was committed
+
+
+def test_append_only_tables_refuse_removes(tmp_path) -> None:
+    log = new_table(tmp_path, **{"delta.appendOnly": "true"})
+    f = add("a")
+    log.start_transaction().commit([f], APPEND)
+    with pytest.raises(InvalidCommitError, match="append-only"):
+        log.start_transaction().commit([f.remove(0)], Operation("DELETE"))
+    # dataChange=false rewrites (compaction) stay allowed
+    log.start_transaction().commit([f.remove(0, data_change=False)], Operation("OPTIMIZE"))
+
+
+def test_isolation_levels(tmp_path) -> None:
+    log = new_table(tmp_path, **{"delta.isolationLevel": "Serializable"})
+    txn = log.start_transaction()
+    assert txn.get_isolation_level([add("a")]) is IsolationLevel.SERIALIZABLE
+    compaction = add("a")
+    compaction.data_change = False
+    assert txn.get_isolation_level([compaction]) is IsolationLevel.SNAPSHOT_ISOLATION
+    props = CommitProperties(isolation_level="WriteSerializable")
+    txn = log.start_transaction(properties=props)
+    assert txn.get_isolation_level([add("a")]) is IsolationLevel.WRITE_SERIALIZABLE
+
+
+def test_filter_files_records_predicates_and_files(tmp_path) -> None:
+    log = new_table(tmp_path)
+    for part in ("a", "b", "b"):
+        append(log, part)
+    txn = log.start_transaction()
+    files = txn.filter_files("part = 'b'")
+    assert [f.partition_values for f in files] == [{"part": "b"}, {"part": "b"}]
+    assert [p.text for p in txn.read_predicates] == ["part = 'b'"]
+    assert len(txn.read_files[0]) == 2
+    assert len(txn.filter_files()) == 3
+
+
+def test_txn_version_and_idempotent_writes(tmp_path) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    assert txn.txn_version("job") == -1
+    assert txn.read_txn == {"job"}
+    txn.commit([add("a"), SetTransaction("job", 7)], APPEND)
+    assert log.start_transaction().txn_version("job") == 7
+    assert log.update().transactions == {"job": 7}
+
+
+def test_checkpoint_every_interval(tmp_path) -> None:
+    log = new_table(tmp_path, **{"delta.checkpointInterval": "3"})
+    for _ in range(7):
+        append(log)
+    names = sorted(p.name for p in (tmp_path / "_delta_log").glob("*.checkpoint.parquet"))
+    assert names == [f"{3:020d}.checkpoint.parquet", f"{6:020d}.checkpoint.parquet"]
+    assert log.update().num_files == 7
+
+
+class Boom(PostCommitHook):
+    name = "boom"
+    handled: list[int] = []
+
+    def run(self, txn, committed_version, committed_actions) -> None:
+        raise RuntimeError("kaput")
+
+    def handle_error(self, error, version) -> None:
+        Boom.handled.append(version)
+
+
+def test_post_commit_hooks(tmp_path, caplog) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    with pytest.raises(AssertionError, match=r"Can't call post commit hooks before committing"):
+        txn.run_post_commit_hooks(1, [])
+    txn.register_post_commit_hook(Boom())
+    txn.register_post_commit_hook(Boom())
+    assert len(txn.post_commit_hooks) == 1
+    with caplog.at_level(logging.ERROR):
+        assert txn.commit([add("a")], APPEND) == 1
+    assert "Error when executing post-commit hook boom for commit 1" in caplog.text
+    assert Boom.handled == [1]
+    assert txn.hook_results["boom"].startswith("failed")
+
+
+def test_retry_after_a_concurrent_blind_append(tmp_path, caplog) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    append(log, "b")  # wins version 1
+    with caplog.at_level(logging.INFO):
+        assert txn.commit([add("a")], APPEND) == 2
+    assert txn.attempts == 2
+    assert "No logical conflicts with deltas [1, 2), retrying." in caplog.text
+    assert "Committed delta #2 to" in caplog.text
+
+
+def test_commit_failed_after_max_attempts(tmp_path) -> None:
+    log = new_table(tmp_path)
+
+    class Racing(type(log.start_transaction())):
+        """Another writer takes every version this transaction is about to try."""
+
+        def do_commit(self, attempt_version, *args) -> None:
+            append(log)
+            super().do_commit(attempt_version, *args)
+
+    txn = Racing(log, log.update(), CommitProperties(max_commit_attempts=3, commit_lock=False))
+    with pytest.raises(CommitFailedError) as err:
+        txn.commit([add("a")], APPEND)
+    text = str(err.value)
+    assert "This commit has failed as it has been tried 3 times but did not succeed." in text
+    assert "Commit started at version: 1" in text
+    assert "Commit failed at version: 3" in text
+    assert str(tmp_path) in text
+
+
+def test_own_earlier_attempt_is_not_committed_twice(tmp_path) -> None:
+    log = new_table(tmp_path)
+    txn = log.start_transaction()
+    # Simulate an attempt whose write landed although the writer saw an error: the commit
+    # file already holds this transaction's txnId.
+    (tmp_path / "_delta_log" / f"{1:020d}.json").write_text(
+        json.dumps({"commitInfo": {"txnId": txn.txn_id, "operation": "WRITE"}}) + "\n"
+    )
+    assert txn.commit([add("a")], APPEND) == 1
+    assert log.update().version == 1
+
+
+def test_in_commit_timestamps_are_monotonic(tmp_path) -> None:
+    log = new_table(tmp_path, **{"delta.enableInCommitTimestamps": "true"})
+    for _ in range(3):
+        append(log)
+    stamps = [commit_json(tmp_path, v)[0]["commitInfo"]["inCommitTimestamp"] for v in range(4)]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 4
+    assert "inCommitTimestamp" in log.update().protocol.writer_features
