@@ -1,8 +1,9 @@
 """The `airflow-delta` command: inspect and maintain Delta tables from a shell.
 
-Every subcommand prints compact JSON on stdout: one object (`describe`, `checkpoint`) or JSON
-lines (`files`, `history`). On failure the exit code is 1 and stderr holds exactly one line,
-``error: <ExceptionClassName>: <message>``. Argument errors keep argparse's exit code 2.
+Every subcommand prints compact JSON on stdout: one object (`describe`, `checkpoint`,
+`vacuum`) or JSON lines (`files`, `history`). On failure the exit code is 1 and stderr holds
+exactly one line, ``error: <ExceptionClassName>: <message>``. Argument errors keep argparse's
+exit code 2.
 
 Examples::
 
@@ -11,6 +12,7 @@ Examples::
     airflow-delta files /data/events --version 12
     airflow-delta history /data/events --limit 5
     airflow-delta checkpoint /data/events
+    airflow-delta vacuum /data/events --retention-hours 168 --dry-run
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
@@ -171,6 +183,27 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    """Delete (or with --dry-run list) the data files no retained version references."""
+    from airflow_delta.engine.vacuum import vacuum
+
+    result = vacuum(
+        _delta_log(args),
+        retention_hours=args.retention_hours,
+        dry_run=args.dry_run,
+        enforce_retention_duration=not args.force,
+    )
+    row: JsonDict = {
+        "files_deleted": len(result.files_deleted),
+        "bytes_deleted": result.bytes_deleted,
+        "dry_run": result.dry_run,
+        "retention_hours": result.retention_hours,
+        "files": result.files_deleted,
+    }
+    _emit([_dumps(row)])
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -225,9 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(handler=cmd_checkpoint)
 
-    # vacuum: `airflow-delta vacuum URI [--retention-hours H] [--dry-run]` (DESIGN.md, contract
-    # — CLI) is registered here, with a `cmd_vacuum` handler next to `cmd_checkpoint`, once the
-    # engine can vacuum (issue 3). It is deliberately absent until then.
+    p = sub.add_parser("vacuum", help="delete data files no retained version references")
+    _add_common(p)
+    p.add_argument(
+        "--retention-hours",
+        type=_non_negative_float,
+        metavar="H",
+        help="keep files newer than this (default: delta.deletedFileRetentionDuration, 168)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list the files, delete nothing")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="allow a retention shorter than the table's (unsafe while anyone writes)",
+    )
+    p.set_defaults(handler=cmd_vacuum)
 
     return parser
 

@@ -186,7 +186,7 @@ class FsspecLogStore(LogStore):
         for info in infos:
             name = info["name"].rstrip("/").rsplit("/", 1)[-1]
             if info["type"] == "file" and name >= start_name:
-                mtime = _info_mtime_ms(self.fs, info)
+                mtime = info_mtime_ms(self.fs, info)
                 out.append(FileStatus(info["name"], name, int(info["size"]), mtime))
         out.sort(key=lambda f: f.name)
         return out
@@ -378,7 +378,7 @@ def _to_ms(value: Any) -> int:
     return int(float(value) * 1000)
 
 
-def _info_mtime_ms(fs: fsspec.AbstractFileSystem, info: Mapping[str, Any]) -> int:
+def info_mtime_ms(fs: fsspec.AbstractFileSystem, info: Mapping[str, Any]) -> int:
     """The modification time of a listing entry, whichever key its filesystem uses."""
     for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
         if info.get(key) is not None:

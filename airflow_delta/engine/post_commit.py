@@ -22,7 +22,7 @@ from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import DeltaProtocolError
 from airflow_delta.engine.log_store import LocalLogStore
 from airflow_delta.engine.schema import partition_path
-from airflow_delta.engine.snapshot import _complete_checkpoints
+from airflow_delta.engine.snapshot import complete_checkpoints
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
@@ -387,7 +387,7 @@ def _cleanup_expired_logs(
         p.version for p, f in parsed if p.kind == "commit" and f.modification_time >= cutoff
     ]
     oldest_needed = min(retained, default=max(commits, default=-1))
-    checkpoints = [v for v in _complete_checkpoints(listing) if v <= oldest_needed]
+    checkpoints = [v for v in complete_checkpoints(listing) if v <= oldest_needed]
     boundary = max(checkpoints, default=0)
     expired = [
         f

@@ -42,7 +42,7 @@ class LogSegment:
     last_commit_timestamp: int
 
 
-def _complete_checkpoints(listing: list[FileStatus]) -> dict[int, list[FileStatus]]:
+def complete_checkpoints(listing: list[FileStatus]) -> dict[int, list[FileStatus]]:
     """Complete checkpoints by version; multi-part ones with a missing part are ignored."""
     single: dict[int, list[FileStatus]] = {}
     multi: dict[tuple[int, int], dict[int, FileStatus]] = {}
@@ -76,7 +76,7 @@ def build_log_segment(
             commits[parsed.version] = f
     checkpoints = {
         v: files
-        for v, files in _complete_checkpoints(listing).items()
+        for v, files in complete_checkpoints(listing).items()
         if v not in exclude_checkpoints
     }
     latest = max([*commits, *checkpoints], default=-1)

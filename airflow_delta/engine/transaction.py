@@ -59,7 +59,7 @@ from airflow_delta.engine.features import (
     required_protocol,
     writer_features,
 )
-from airflow_delta.engine.post_commit import PostCommitHook
+from airflow_delta.engine.post_commit import GenerateSymlinkManifest, LogCleanupHook, PostCommitHook
 from airflow_delta.engine.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.replay import parse_log_batch
 
@@ -268,8 +268,6 @@ class OptimisticTransaction:
         config = TableConfig(self.metadata.configuration)
         has_file_actions = any(isinstance(a, AddFile | RemoveFile) for a in prepared)
         if config.symlink_manifest_enabled and has_file_actions:
-            from airflow_delta.engine.post_commit import GenerateSymlinkManifest
-
             self.register_post_commit_hook(GenerateSymlinkManifest())
         info: dict[str, Any] = {
             "timestamp": int(time.time() * 1000),
@@ -508,6 +506,9 @@ class OptimisticTransaction:
         except Exception as exc:
             log.warning("Failed to checkpoint table state.", exc_info=True)
             self.hook_results["interval_checkpoint"] = f"failed: {exc}"
+            return
+        # As Delta does, expired log files are cleaned up after a checkpoint.
+        self.register_post_commit_hook(LogCleanupHook())
 
     def run_post_commit_hooks(self, version: int, committed_actions: Sequence[Action]) -> None:
         """Run every registered hook; a hook's error is logged and handed to the hook."""

@@ -1,0 +1,272 @@
+"""VACUUM: delete the data files that no retained version of a table references.
+
+Only files found by listing the table root are ever deleted, never paths taken from the log, so
+a log entry such as `../elsewhere.parquet` or an absolute URI can at most protect a file, never
+get one deleted. Hidden paths (a component starting with `_` or `.`, except partition
+directories and `_change_data`) are not listed: `_delta_log`, `_symlink_format_manifest` and
+any other engine's metadata stay untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import posixpath
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_delta.engine.columnar import scalar
+from airflow_delta.engine.errors import CorruptLogError, DeltaError, DeltaProtocolError
+from airflow_delta.engine.features import (
+    CHECKPOINT_WRITER_FEATURES,
+    MAX_WRITER_VERSION,
+    writer_features,
+)
+from airflow_delta.engine.log_store import LogStore, info_mtime_ms
+from airflow_delta.engine.schema import escape_partition_value
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.delta_log import DeltaLog
+    from airflow_delta.engine.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+HOUR_MS = 3_600_000
+#: Files per delete request on object stores (S3 DeleteObjects takes at most 1000 keys).
+DELETE_BATCH = 1000
+#: Hidden-looking directories Delta still vacuums: change data files age out like data files.
+_VACUUMED_HIDDEN_DIRS = frozenset({"_change_data"})
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_VALUES = {c: i for i, c in enumerate(_Z85)}
+
+
+class VacuumRetentionError(DeltaError, ValueError):
+    """VACUUM was asked for a retention shorter than the table's deleted-file retention."""
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """What a VACUUM deleted (or, in a dry run, would delete).
+
+    :param files_deleted: the files, as paths relative to the table root, sorted.
+    :param bytes_deleted: their total size.
+    :param dry_run: True when nothing was actually deleted.
+    :param retention_hours: the retention the run used.
+    """
+
+    files_deleted: list[str]
+    bytes_deleted: int
+    dry_run: bool
+    retention_hours: float
+
+
+@dataclass(frozen=True)
+class _Listed:
+    relative: str
+    path: str
+    size: int
+    modification_time: int
+
+
+def vacuum(
+    delta_log: DeltaLog,
+    retention_hours: float | None = None,
+    dry_run: bool = False,
+    enforce_retention_duration: bool = True,
+    now_ms: int | None = None,
+) -> VacuumResult:
+    """Delete the files under the table root that no retained version needs.
+
+    A file is deleted when it is older than the retention (by modification time) and is
+    neither an active file of the latest version, nor a file removed within the retention
+    (so time travel within it keeps working), nor a deletion-vector file of either. The
+    retention defaults to `delta.deletedFileRetentionDuration` (7 days); a shorter one raises
+    VacuumRetentionError unless `enforce_retention_duration` is False.
+
+    >>> vacuum(DeltaLog.for_table("s3://bucket/events"), dry_run=True)  # doctest: +SKIP
+    VacuumResult(files_deleted=['part-00000-....parquet'], bytes_deleted=1024, ...)
+    """
+    snapshot = delta_log.update()
+    table = delta_log.table_uri
+    _check_vacuum_support(snapshot)
+    configured_ms = snapshot.config.deleted_file_retention_ms
+    if retention_hours is None:
+        retention_ms = configured_ms
+    elif not 0 <= retention_hours < math.inf:
+        raise ValueError(
+            f"Cannot vacuum table {table}: retention hours must be a number >= 0, got "
+            f"{retention_hours}"
+        )
+    else:
+        retention_ms = round(retention_hours * HOUR_MS)
+    if enforce_retention_duration and retention_ms < configured_ms:
+        raise VacuumRetentionError(
+            f"Cannot vacuum table {table} with a retention of {retention_ms / HOUR_MS:g} hours: "
+            f"the table keeps deleted files for {configured_ms / HOUR_MS:g} hours "
+            "(delta.deletedFileRetentionDuration). A shorter retention can delete files that "
+            "running writers or readers of older versions still need, and corrupt the table. "
+            "If no operation is running on the table, force it with "
+            "enforce_retention_duration=False (CLI: --force); otherwise use at least "
+            f"{configured_ms / HOUR_MS:g} hours."
+        )
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    cutoff = now_ms - retention_ms
+    store, root = delta_log.store, delta_log.table_path
+    referenced = _referenced(table, root, snapshot, cutoff)
+    hidden = _hidden_name_test(snapshot.partition_columns)
+    listed = 0
+    doomed: list[_Listed] = []
+    for f in _list_files(store, root, hidden):
+        listed += 1
+        if f.modification_time < cutoff and f.relative not in referenced:
+            doomed.append(f)
+    doomed.sort(key=lambda f: f.relative)
+    if not dry_run:
+        _delete(store, [f.path for f in doomed])
+    size = sum(f.size for f in doomed)
+    log.info(
+        "Vacuum of table %s at version %s (retention %s hours, dry run %s): %s of %s files "
+        "(%s bytes) %s",
+        table,
+        snapshot.version,
+        retention_ms / HOUR_MS,
+        dry_run,
+        len(doomed),
+        listed,
+        size,
+        "to delete" if dry_run else "deleted",
+    )
+    return VacuumResult([f.relative for f in doomed], size, dry_run, retention_ms / HOUR_MS)
+
+
+def _check_vacuum_support(snapshot: Snapshot) -> None:
+    """Refuse tables whose writer features might keep files this engine cannot see."""
+    protocol = snapshot.protocol
+    unknown = sorted(writer_features(protocol) - CHECKPOINT_WRITER_FEATURES)
+    if protocol.min_writer_version > MAX_WRITER_VERSION or unknown:
+        what = ", ".join(unknown) or f"writer version {protocol.min_writer_version}"
+        raise DeltaProtocolError(
+            f"Cannot vacuum table {snapshot.table_uri}: it uses writer features this engine "
+            f"does not know ({what}), which may need files vacuum would delete. Vacuum it with "
+            "an engine that supports them."
+        )
+
+
+def _referenced(table: str, root: str, snapshot: Snapshot, cutoff: int) -> set[str]:
+    """Root-relative paths of the active files, the tombstones removed at or after `cutoff`,
+    and the deletion-vector files of both."""
+    tombstones = snapshot.tombstones()
+    removed_at = pc.fill_null(tombstones.field("deletionTimestamp"), scalar(0, pa.int64()))
+    tombstones = tombstones.filter(pc.greater_equal(removed_at, scalar(cutoff, pa.int64())))
+    referenced: set[str] = set()
+    for files in (snapshot.files(), tombstones):
+        for path in files.field("path").to_pylist():
+            referenced.add(_relative(root, path))
+        dvs = files.field("deletionVector")
+        if dvs.null_count != len(dvs):
+            for dv in dvs.to_pylist():
+                try:
+                    dv_path = dv and deletion_vector_path(dv["storageType"], dv["pathOrInlineDv"])
+                except ValueError as exc:
+                    raise CorruptLogError(
+                        f"Cannot vacuum table {table}: the deletion vector {dv} does not name a "
+                        f"file ({exc}), so vacuum cannot tell which files it needs. Repair the "
+                        "log entry first."
+                    ) from None
+                if dv_path:
+                    referenced.add(_relative(root, dv_path))
+    return referenced
+
+
+def _relative(root: str, path: str) -> str:
+    """A log path relative to `root` (filesystem terms), `..` resolved.
+
+    Relative paths are URL-decoded; absolute URIs lose their scheme (`file:/a` -> `/a`,
+    `s3://bucket/key` -> `bucket/key`). A path outside the root keeps a leading `../` or its
+    absolute form, so it matches no listed file.
+    """
+    parts = urlsplit(path)
+    if not parts.scheme and not path.startswith("/"):
+        return posixpath.normpath(unquote(path))
+    absolute = posixpath.normpath(parts.netloc + unquote(parts.path))
+    prefix = root.rstrip("/") + "/"
+    return absolute[len(prefix) :] if absolute.startswith(prefix) else absolute
+
+
+def deletion_vector_path(storage_type: str, path_or_inline_dv: str) -> str | None:
+    """The file of a deletion vector: a root-relative URL path ('u'), an absolute URI ('p'),
+    or None when it is stored inline ('i').
+
+    >>> deletion_vector_path("u", "ab^-aqEH.-t@S}K{vb[*k^")
+    'ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin'
+    """
+    if storage_type == "p":
+        return path_or_inline_dv
+    if storage_type != "u":
+        return None
+    prefix, encoded = path_or_inline_dv[:-20], path_or_inline_dv[-20:]
+    name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin"
+    return f"{prefix}/{name}" if prefix else name
+
+
+def z85_decode(text: str) -> bytes:
+    """Decode Z85 (ZeroMQ's base 85), as the Delta protocol encodes deletion-vector UUIDs."""
+    if len(text) % 5:
+        raise ValueError(f"Z85 text length must be a multiple of 5, got {len(text)}: {text!r}")
+    out = bytearray()
+    for start in range(0, len(text), 5):
+        value = 0
+        for char in text[start : start + 5]:
+            if char not in _Z85_VALUES:
+                raise ValueError(f"not a Z85 character: {char!r} in {text!r}")
+            value = value * 85 + _Z85_VALUES[char]
+        out += value.to_bytes(4, "big")
+    return bytes(out)
+
+
+def _hidden_name_test(partition_columns: Sequence[str]) -> Callable[[str], bool]:
+    """The test Delta's vacuum uses for hidden file and directory names."""
+    partition_prefixes = tuple(f"{escape_partition_value(c)}=" for c in partition_columns)
+
+    def hidden(name: str) -> bool:
+        return (
+            name.startswith((".", "_"))
+            and name not in _VACUUMED_HIDDEN_DIRS
+            and not (partition_prefixes and name.startswith(partition_prefixes))
+        )
+
+    return hidden
+
+
+def _list_files(store: LogStore, root: str, hidden: Callable[[str], bool]) -> Iterator[_Listed]:
+    """Every non-hidden file under `root`, recursively (one flat listing on object stores).
+
+    Symbolic links are not followed: a link to a directory elsewhere is not a file here.
+    """
+    prefix = root.rstrip("/") + "/"
+    store.fs.invalidate_cache(root)
+    for path, info in store.fs.find(root, detail=True).items():
+        if info.get("type") != "file" or not path.startswith(prefix):
+            continue
+        relative = path[len(prefix) :]
+        if not any(hidden(part) for part in relative.split("/")):
+            mtime = info_mtime_ms(store.fs, info)
+            yield _Listed(relative, path, int(info.get("size") or 0), mtime)
+
+
+def _delete(store: LogStore, paths: list[str]) -> None:
+    """Delete `paths` in batches (one request per batch on S3); a file already gone is fine."""
+    for start in range(0, len(paths), DELETE_BATCH):
+        batch = paths[start : start + DELETE_BATCH]
+        try:
+            store.fs.rm(batch)
+        except FileNotFoundError:
+            for path in batch:
+                store.delete(path)
