@@ -80,6 +80,8 @@ class BenchResult:
     metrics: dict[str, Metric]
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    #: Requirements besides the ratio that this run broke (e.g. "lost commits"): a MISS.
+    failed_requirements: list[str] = field(default_factory=list)
 
     def metric(self, name: str) -> Metric:
         return self.metrics.setdefault(name, Metric(name))
@@ -91,7 +93,7 @@ class BenchResult:
     @property
     def passed(self) -> bool:
         r = self.ratio
-        return r is not None and r <= self.target
+        return r is not None and r <= self.target and not self.failed_requirements
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +103,7 @@ class BenchResult:
             "headline": self.headline,
             "ratio": self.ratio,
             "pass": self.passed,
+            "failed_requirements": self.failed_requirements,
             "metrics": {k: m.to_json() for k, m in self.metrics.items()},
             "notes": self.notes,
             "info": self.info,

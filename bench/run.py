@@ -31,6 +31,8 @@ from bench.common import SYSTEMS, BenchResult, environment, fmt_ratio, fmt_s
 #: Benchmark id -> module in `bench/`.
 BENCHMARKS: dict[str, str] = {
     "B1": "b1_snapshot",
+    "B2": "b2_commit",
+    "B3": "b3_concurrent",
     "B4": "b4_checkpoint",
 }
 
@@ -49,6 +51,8 @@ def print_result(r: BenchResult, elapsed: float) -> None:
         )
     for note in r.notes:
         print(f"    - {note}")
+    for failure in r.failed_requirements:
+        print(f"    - MISS: {failure}")
 
 
 def print_summary(results: list[BenchResult]) -> None:
