@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.actions import ADD_TYPE, REMOVE_TYPE, CommitInfo
-from airflow_delta.engine.columnar import scalar
 from airflow_delta.engine.errors import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -142,8 +141,8 @@ class ConflictChecker:
             and self.winner.is_blind_append
         ):
             return  # WriteSerializable lets blind appends of others go by
+        # As delta-spark: every add of a winner counts (a compaction rewrites data we read).
         adds = self.winner.batch.add_array()
-        adds = _data_changing(adds)
         if not len(adds):
             return
         for predicate in self.current.read_predicates:
@@ -199,12 +198,6 @@ class ConflictChecker:
                     f"A concurrent commit changed metadata domain '{domain.domain}' that this "
                     "transaction also changes. Please try the operation again.",
                 )
-
-
-def _data_changing(adds: pa.StructArray) -> pa.StructArray:
-    """The adds that change data (dataChange absent counts as true)."""
-    keep = pc.fill_null(adds.field("dataChange"), scalar(True, pa.bool_()))
-    return adds if pc.all(keep).as_py() else adds.filter(keep)
 
 
 def _common_keys(files: pa.StructArray, removed: pa.StructArray) -> str | None:
