@@ -2,14 +2,18 @@
 
     .venv/bin/python -m bench.prof B1            # cProfile of ours, top entries
     .venv/bin/python -m bench.prof B4 --system deltalake --top 40
+    .venv/bin/python -m bench.prof B3              # the 4 workers' commit loops, summed
 
 The child task runs under cProfile (imports included, as they happen inside the task);
-the stats are printed sorted by cumulative and by own time.
+the stats are printed sorted by cumulative and by own time. Benchmarks with worker processes
+(B3) profile each worker's timed loop instead (`<stats>.workerN`), printed summed.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib
 import os
 import pstats
 import sys
@@ -35,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args(argv)
     bid = args.id.upper()
-    path = fresh_copy(LOG_100K, f"prof-{bid}") if bid in WRITES else get_table(LOG_100K)
+    module = importlib.import_module(f"bench.{BENCHMARKS[bid]}")
+    spec = module.table_spec() if hasattr(module, "table_spec") else LOG_100K
+    writes = bid in WRITES or hasattr(module, "table_spec")
+    path = fresh_copy(spec, f"prof-{bid}") if writes else get_table(spec)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "stats")
         os.environ["BENCH_PROFILE"] = out
@@ -43,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
             sample = run_child(BENCHMARKS[bid], args.system, path)
         finally:
             del os.environ["BENCH_PROFILE"]
-            if bid in WRITES:
+            if writes:
                 drop_copy(path)
-        print(f"{bid} {args.system}: {sample}")
-        stats = pstats.Stats(out)
+        print(f"{bid} {args.system}: {str(sample)[:2000]}")
+        workers = sorted(glob.glob(out + ".worker*"))
+        stats = pstats.Stats(*workers) if workers else pstats.Stats(out)
         stats.sort_stats("cumulative").print_stats(args.top)
         stats.sort_stats("tottime").print_stats(args.top)
     return 0

@@ -72,8 +72,8 @@ log = logging.getLogger(__name__)
 #: Commit attempts before CommitFailedError (delta-rs gives up after 15).
 DEFAULT_MAX_COMMIT_ATTEMPTS = 100
 #: Backoff between attempts: full jitter over min(cap, base * 2**(attempt-1)) seconds.
-BACKOFF_BASE_SECONDS = 0.01
-BACKOFF_CAP_SECONDS = 1.0
+BACKOFF_BASE_SECONDS = 0.005
+BACKOFF_CAP_SECONDS = 0.05
 
 ENGINE_INFO = f"airflow-delta/{__version__}"
 _INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
