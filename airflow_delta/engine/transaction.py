@@ -399,11 +399,13 @@ class OptimisticTransaction:
                         f"Total time spent attempting this commit: {elapsed} ms\n"
                         "Raise max_commit_attempts, or reduce the number of concurrent writers."
                     ) from None
+                # Wait first, then look at the log: the version found is the freshest possible
+                # when the retry is written (sleeping after the check would retry a stale one).
+                self._backoff()
                 current = current or self._current_transaction_info(actions, isolation_level)
                 next_version = self.check_for_conflicts(attempt_version, current)
                 if next_version < 0:  # our own earlier attempt won
                     return -next_version - 1
-                self._backoff()
                 attempt_version = next_version
 
     def do_commit(
