@@ -227,6 +227,8 @@ class OptimisticTransaction:
         }
         if "timestamp_ntz" in metadata.schema_string:  # type: ignore[operator]
             wanted.add("timestampNtz")
+        if any(key.startswith("delta.constraints.") for key in metadata.configuration):
+            wanted.add("checkConstraints")
         current = self.snapshot.protocol if self.read_version >= 0 else None
         if current is None or not wanted <= writer_features(current):
             protocol = required_protocol(current, wanted)

@@ -1,0 +1,935 @@
+"""TransactionalWrite on Spark: a DataFrame becomes parquet data files and their AddFiles.
+
+`write_files` (TransactionalWrite.writeFiles) normalises the DataFrame to the table schema,
+checks the table's constraints (NOT NULL, `delta.invariants`, CHECK `delta.constraints.*`) and
+any extra ones (a replaceWhere predicate) with one Spark SQL CASE column, and writes the rows
+from the executors with pyarrow through fsspec in a single `mapInArrow` job. Each task writes
+its own files under Hive-style partition directories (`part-<task>-<uuid>.c<n>.snappy.parquet`,
+rolled at the target file size), computes each file's stats in the same pass, and returns one
+row per file. The driver only collects those rows: no driver-side filesystem access and no
+SparkContext or RDD, so a local session, a standalone cluster and Spark Connect behave alike.
+
+Stats follow Delta: numRecords, and minValues/maxValues/nullCount for the first
+`delta.dataSkippingNumIndexedCols` (default 32) leaf data columns. Min/max cover numbers,
+decimals, strings, dates and timestamps (not booleans, binary, arrays or maps, which get a
+nullCount only). A string min is cut to its first 32 characters; a longer string max is cut to
+32 characters and its last character incremented (so the bound stays above every value).
+Timestamps are written in UTC with milliseconds; a max with sub-millisecond digits is rounded
+up. A float column holding NaN gets no min/max, and an infinite bound is left out.
+
+`write_delta` runs a whole write (append, overwrite, replaceWhere, dynamic partition overwrite,
+error/ignore, schema merge/overwrite, idempotent writes) as one commit of the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import decimal
+import functools
+import itertools
+import json
+import math
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark import TaskContext
+from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from airflow_delta.engine.actions import AddFile, Metadata, Operation, SetTransaction
+from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.errors import DeltaError, DeltaProtocolError, TableAlreadyExistsError
+from airflow_delta.engine.features import check_writer_support
+from airflow_delta.engine.log_store import get_log_store
+from airflow_delta.engine.schema import (
+    delta_field_metadata,
+    partition_path,
+    serialize_partition_value,
+)
+from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
+#: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
+ROW_GROUP_BYTES = 64 * 1024**2
+#: Characters of a string kept in minValues/maxValues (Delta's stats string prefix length).
+STRING_PREFIX_LENGTH = 32
+DEFAULT_NUM_INDEXED_COLS = 32
+
+_VIOLATION_COLUMN = "__airflow_delta_violation__"
+_FILE_ROW_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("partitionValues", pa.string()),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("stats", pa.string()),
+    ]
+)
+_FILE_ROW_DDL = (
+    "path string, partitionValues string, size long, modificationTime long, stats string"
+)
+_VIOLATION_MARK = re.compile(r"<<airflow-delta-violation>>(.*?)<</airflow-delta-violation>>")
+# Characters other than letters, digits and `_.-~` kept as they are in a relative file URI.
+_PATH_SAFE = "/=!$&'()*+,;@"
+_SAVE_MODES = {
+    "append": "Append",
+    "overwrite": "Overwrite",
+    "error": "ErrorIfExists",
+    "errorifexists": "ErrorIfExists",
+    "ignore": "Ignore",
+}
+
+
+class SchemaMismatchError(DeltaError, ValueError):
+    """The DataFrame's columns do not fit the table schema (or its partitioning)."""
+
+
+class ConstraintViolationError(DeltaError):
+    """A row breaks a NOT NULL, invariant, CHECK or replaceWhere constraint; nothing committed."""
+
+    def __init__(self, message: str, constraint: str = "", expression: str = "") -> None:
+        super().__init__(message)
+        self.constraint = constraint
+        self.expression = expression
+
+
+class _TaskViolation(Exception):
+    """Carries a ConstraintViolationError from a writing task to the driver (as marked JSON)."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule checked on every written row: a row for which `expression` (Spark SQL) is not
+    true fails the write. `message` opens the error, which then shows the row's `columns`."""
+
+    name: str
+    expression: str
+    message: str
+    columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What `write_delta` did: the committed version (None when skipped) and its metrics."""
+
+    version: int | None
+    attempts: int
+    metrics: dict[str, int] = field(default_factory=dict)
+    skipped: bool = False
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _quote(name: str) -> str:
+    """`name` as a backquoted SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _nullable_json(delta_type: Any) -> Any:
+    """A Delta (Spark JSON) type with every field, element and map value made nullable."""
+    if not isinstance(delta_type, dict):
+        return delta_type
+    kind = delta_type["type"]
+    if kind == "struct":
+        fields = [
+            {**f, "type": _nullable_json(f["type"]), "nullable": True} for f in delta_type["fields"]
+        ]
+        return {**delta_type, "fields": fields}
+    if kind == "array":
+        element = _nullable_json(delta_type["elementType"])
+        return {**delta_type, "elementType": element, "containsNull": True}
+    if kind == "map":
+        value = _nullable_json(delta_type["valueType"])
+        return {**delta_type, "valueType": value, "valueContainsNull": True}
+    return delta_type
+
+
+def _compact(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+_NUMERIC_ORDER = (
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.FloatType,
+    T.DoubleType,
+)
+_INTEGRAL_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 20}
+
+
+def _can_up_cast(src: T.DataType, dst: T.DataType) -> bool:
+    """Whether every value of `src` is kept by a cast to `dst` (Spark's upcast rules)."""
+    if isinstance(src, T.NullType) or src.simpleString() == dst.simpleString():
+        return True
+    if type(src) in _NUMERIC_ORDER and type(dst) in _NUMERIC_ORDER:
+        return _NUMERIC_ORDER.index(type(src)) <= _NUMERIC_ORDER.index(type(dst))
+    if type(src) in _INTEGRAL_DIGITS and isinstance(dst, T.DecimalType):
+        return dst.precision - dst.scale >= _INTEGRAL_DIGITS[type(src)]
+    if isinstance(src, T.DecimalType) and isinstance(dst, T.DecimalType):
+        return dst.scale >= src.scale and dst.precision - dst.scale >= src.precision - src.scale
+    if isinstance(src, T.DateType):
+        return isinstance(dst, T.TimestampType | T.TimestampNTZType)
+    if isinstance(src, T.StructType) and isinstance(dst, T.StructType):
+        return len(src.fields) == len(dst.fields) and all(
+            a.name.lower() == b.name.lower() and _can_up_cast(a.dataType, b.dataType)
+            for a, b in zip(src.fields, dst.fields, strict=True)
+        )
+    if isinstance(src, T.ArrayType) and isinstance(dst, T.ArrayType):
+        return _can_up_cast(src.elementType, dst.elementType)
+    if isinstance(src, T.MapType) and isinstance(dst, T.MapType):
+        return _can_up_cast(src.keyType, dst.keyType) and _can_up_cast(src.valueType, dst.valueType)
+    return False
+
+
+def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) -> DataFrame:
+    """`df` with the table's columns, in the table's order, names and types.
+
+    Columns match case-insensitively; a missing nullable column becomes typed nulls; a type
+    that widens safely is cast. Raises SchemaMismatchError naming every extra column, missing
+    non-nullable column and unsafe type change.
+    """
+    target = T.StructType.fromJson(dict(schema_json))
+    given: dict[str, T.StructField] = {}
+    problems: list[str] = []
+    for f in df.schema.fields:
+        if f.name.lower() in given:
+            problems.append(f"columns {given[f.name.lower()].name!r} and {f.name!r} clash")
+        given[f.name.lower()] = f
+    known = {f.name.lower() for f in target.fields}
+    extra = [f.name for f in df.schema.fields if f.name.lower() not in known]
+    if extra:
+        problems.append(
+            f"columns not in the table schema: {', '.join(extra)} "
+            "(pass merge_schema=True to add them)"
+        )
+    columns: list[Column] = []
+    for f in target.fields:
+        source = given.get(f.name.lower())
+        if source is None:
+            if not f.nullable:
+                problems.append(f"missing non-nullable column: {f.name}")
+            columns.append(F.lit(None).cast(f.dataType).alias(f.name))
+        elif not _can_up_cast(source.dataType, f.dataType):
+            problems.append(
+                f"column {source.name}: cannot safely cast {source.dataType.simpleString()} "
+                f"to {f.dataType.simpleString()}"
+            )
+        elif source.dataType.simpleString() == f.dataType.simpleString():
+            columns.append(F.col(_quote(source.name)).alias(f.name))
+        else:
+            columns.append(F.col(_quote(source.name)).cast(f.dataType).alias(f.name))
+    if problems:
+        raise SchemaMismatchError(
+            f"The DataFrame does not match the schema of table {table}:\n - "
+            + "\n - ".join(problems)
+            + f"\nTable schema: {target.simpleString()}\nDataFrame schema: "
+            + df.schema.simpleString()
+        )
+    return df.select(*columns)
+
+
+# --------------------------------------------------------------------------- constraints
+
+_SQL_STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_SQL_NAMES = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _referenced_columns(expression: str, names: Sequence[str]) -> tuple[str, ...]:
+    """The top-level columns an expression names (all of them when it names none)."""
+    by_lower = {n.lower(): n for n in names}
+    found: list[str] = []
+    for quoted, bare in _SQL_NAMES.findall(_SQL_STRINGS.sub("''", expression)):
+        name = by_lower.get((quoted.replace("``", "`") or bare).lower())
+        if name is not None and name not in found:
+            found.append(name)
+    return tuple(found) or tuple(names)
+
+
+def _invariants(fields: pa.StructType | pa.Schema, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(column path, expression) of every `delta.invariants` in a schema, nested ones too."""
+    for f in fields:
+        path = prefix + f.name
+        invariant = delta_field_metadata(f).get("delta.invariants")
+        if invariant:
+            yield path, json.loads(invariant)["expression"]["expression"]
+        if pa.types.is_struct(f.type):
+            yield from _invariants(f.type, path + ".")
+
+
+def table_constraints(metadata: Metadata) -> list[Constraint]:
+    """NOT NULL of the non-nullable top-level columns, invariants and CHECK constraints."""
+    schema = metadata.schema
+    names = schema.names
+    checks = [
+        Constraint(
+            f"NOT NULL({f.name})",
+            f"{_quote(f.name)} IS NOT NULL",
+            f"NOT NULL constraint on column {f.name} ({_quote(f.name)} IS NOT NULL)",
+            (f.name,),
+        )
+        for f in schema
+        if not f.nullable
+    ]
+    checks += [
+        Constraint(
+            f"EXPRESSION({expression})",
+            expression,
+            f"Invariant ({expression}) on column {path}",
+            _referenced_columns(expression, names),
+        )
+        for path, expression in _invariants(schema)
+    ]
+    prefix = "delta.constraints."
+    checks += [
+        Constraint(
+            key[len(prefix) :],
+            expression,
+            f"CHECK constraint {key[len(prefix) :]} ({expression})",
+            _referenced_columns(expression, names),
+        )
+        for key, expression in metadata.configuration.items()
+        if key.lower().startswith(prefix)
+    ]
+    return checks
+
+
+def _violation_column(checks: Sequence[Constraint]) -> Column:
+    """The index of the first constraint a row violates (null when it violates none)."""
+    violated = [~F.coalesce(F.expr(c.expression), F.lit(False)) for c in checks]
+    case = F.when(violated[0], F.lit(0))
+    for i, condition in enumerate(violated[1:], start=1):
+        case = case.when(condition, F.lit(i))
+    return case
+
+
+def _shown(value: Any) -> str:
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 100 else text[:100] + "..."
+
+
+def _check_batch(checks: Sequence[Constraint], batch: pa.RecordBatch) -> None:
+    """Raise _TaskViolation for the first row of `batch` that violates a constraint."""
+    flags = batch.column(_VIOLATION_COLUMN)
+    if flags.null_count == len(flags):
+        return
+    row = pc.indices_nonzero(pc.is_valid(flags))[0].as_py()
+    check = checks[flags[row].as_py()]
+    values = batch.slice(row, 1).to_pylist()[0]
+    shown = "".join(f"\n - {c} : {_shown(values[c])}" for c in check.columns)
+    message = f"{check.message} violated by row with values:{shown}"
+    payload = {"message": message, "constraint": check.name, "expression": check.expression}
+    raise _TaskViolation(
+        f"<<airflow-delta-violation>>{json.dumps(payload)}<</airflow-delta-violation>>"
+    )
+
+
+# --------------------------------------------------------------------------- stats
+
+
+def _nullable_arrow(t: pa.DataType) -> pa.DataType:
+    """`t` with every nested field nullable and no field metadata (as data files are written)."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _nullable_arrow(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(
+            t.key_field.remove_metadata(), pa.field("value", _nullable_arrow(t.item_type))
+        )
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _nullable_arrow(t.value_type)))
+    return t
+
+
+def _has_min_max(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+    )
+
+
+def _stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, ...], bool]]:
+    """(path, has min/max) of the leaf columns that get stats: the first `num_indexed` (-1: all)."""
+    leaves: list[tuple[tuple[str, ...], bool]] = []
+
+    def walk(fields: pa.Schema | pa.StructType, prefix: tuple[str, ...]) -> None:
+        for f in fields:
+            if pa.types.is_struct(f.type):
+                walk(f.type, (*prefix, f.name))
+            else:
+                leaves.append(((*prefix, f.name), _has_min_max(f.type)))
+
+    walk(schema, ())
+    return leaves if num_indexed < 0 else leaves[:num_indexed]
+
+
+def _string_upper_bound(prefix: str) -> str | None:
+    """The shortest string above every string that starts with `prefix` (None if none is)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code == 0xD800:  # skip the surrogates, which UTF-8 text cannot hold
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(code)
+    return None
+
+
+def _stat_value(value: Any, upper: bool) -> Any:
+    """A min (or, `upper`, max) value as Delta writes it in the stats JSON; None to leave out."""
+    if isinstance(value, str):
+        if len(value) <= STRING_PREFIX_LENGTH:
+            return value
+        prefix = value[:STRING_PREFIX_LENGTH]
+        return _string_upper_bound(prefix) if upper else prefix
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dt.datetime):
+        extra = value.microsecond % 1000
+        if upper and extra:
+            try:
+                value += dt.timedelta(microseconds=1000 - extra)
+            except OverflowError:
+                return None
+        if value.tzinfo is not None:
+            text = value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="milliseconds")
+            return text + "Z"
+        return value.isoformat(timespec="milliseconds")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+def _json(value: Any) -> str:
+    """JSON text of `value`; decimals become JSON numbers with all their digits."""
+    if isinstance(value, dict):
+        items = (f"{json.dumps(k, ensure_ascii=False)}:{_json(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    return json.dumps(value, allow_nan=False, ensure_ascii=False)
+
+
+class _FileStats:
+    """numRecords and per-leaf min, max and null count of one data file, chunk by chunk."""
+
+    def __init__(self, leaves: list[tuple[tuple[str, ...], bool]]) -> None:
+        self.leaves = leaves
+        self.rows = 0
+        self.mins: dict[tuple[str, ...], Any] = {}
+        self.maxs: dict[tuple[str, ...], Any] = {}
+        self.nulls: dict[tuple[str, ...], int] = {}
+        self.nan: set[tuple[str, ...]] = set()
+
+    def update(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        for path, has_min_max in self.leaves:
+            column: Any = table.column(path[0])
+            for name in path[1:]:
+                column = pc.struct_field(column, name)  # nulls of the parents included
+            self.nulls[path] = self.nulls.get(path, 0) + column.null_count
+            if not has_min_max:
+                continue
+            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+                self.nan.add(path)
+            bounds = pc.min_max(column)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low is not None:
+                self.mins[path] = min(self.mins.get(path, low), low)
+                self.maxs[path] = max(self.maxs.get(path, high), high)
+
+    def to_json(self) -> str:
+        mins: dict[str, Any] = {}
+        maxs: dict[str, Any] = {}
+        nulls: dict[str, Any] = {}
+        for path, _ in self.leaves:
+            _put(nulls, path, self.nulls.get(path, 0))
+            if path in self.nan or path not in self.mins:
+                continue
+            _put(mins, path, _stat_value(self.mins[path], upper=False))
+            _put(maxs, path, _stat_value(self.maxs[path], upper=True))
+        stats = {"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+        return _json(stats)
+
+
+def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set `tree[path[0]][path[1]]...` to `value` (None: leave it out)."""
+    if value is None:
+        return
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value
+
+
+# --------------------------------------------------------------------------- writing tasks
+
+
+@dataclass(frozen=True)
+class _WritePlan:
+    """What each writing task needs (pickled into the task)."""
+
+    uri: str
+    root: str
+    storage_options: dict[str, Any]
+    data_schema: pa.Schema
+    partition_columns: tuple[str, ...]
+    partition_types: tuple[str, ...]
+    target_file_size: int
+    num_indexed_cols: int
+    checks: tuple[Constraint, ...]
+
+
+@dataclass
+class _OpenFile:
+    relative: str
+    values: dict[str, str | None]
+    sink: Any
+    writer: pq.ParquetWriter
+    stats: _FileStats
+
+
+class _TaskWriter:
+    """Writes one task's rows to data files, a file per partition at a time, rolling at the
+    target size, with each file's stats computed from the rows it is given."""
+
+    def __init__(self, plan: _WritePlan) -> None:
+        self.plan = plan
+        self.fs = get_log_store(plan.uri, plan.storage_options)[0].fs
+        context = TaskContext.get()
+        self.prefix = f"part-{context.partitionId() if context else 0:05d}-{uuid.uuid4()}"
+        self.leaves = _stats_leaves(plan.data_schema, plan.num_indexed_cols)
+        self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
+        self.values: dict[str, str | None] | None = None
+        self.pending: list[pa.Table] = []
+        self.pending_bytes = 0
+        self.current: _OpenFile | None = None
+        self.written: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, values: dict[str, str | None], table: pa.Table) -> None:
+        """Append rows of the partition `values` (serialized partition values)."""
+        if values != self.values:
+            self._flush()
+            self._close()
+            self.values = values
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= self.row_group_bytes:
+            self._flush()
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Close the last file; one row (`_FILE_ROW_SCHEMA`) per file written."""
+        self._flush()
+        self._close()
+        return self.rows
+
+    def abort(self) -> None:
+        """Best effort: remove every file this task wrote (the write failed)."""
+        if self.current is not None:
+            for close in (self.current.writer.close, self.current.sink.close):
+                with contextlib.suppress(Exception):
+                    close()
+        for path in self.written:
+            with contextlib.suppress(Exception):
+                self.fs.rm_file(path)
+
+    def _flush(self) -> None:
+        """Write the buffered rows as one row group, and roll the file at the target size."""
+        if not self.pending:
+            return
+        table = pa.concat_tables(self.pending)
+        self.pending, self.pending_bytes = [], 0
+        if self.current is None:
+            self.current = self._open()
+        self.current.writer.write_table(table, row_group_size=table.num_rows)
+        self.current.stats.update(table)
+        if self.current.sink.tell() >= self.plan.target_file_size:
+            self._close()
+
+    def _open(self) -> _OpenFile:
+        assert self.values is not None
+        name = f"{self.prefix}.c{len(self.written):03d}.snappy.parquet"
+        directory = partition_path(self.values, self.plan.partition_columns)
+        relative = f"{directory}/{name}" if directory else name
+        path = f"{self.plan.root}/{relative}"
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        sink = self.fs.open(path, "wb")
+        self.written.append(path)
+        writer = pq.ParquetWriter(sink, self.plan.data_schema, compression="snappy")
+        return _OpenFile(relative, self.values, sink, writer, _FileStats(self.leaves))
+
+    def _close(self) -> None:
+        if self.current is None:
+            return
+        current, self.current = self.current, None
+        current.writer.close()
+        size = current.sink.tell()
+        current.sink.close()
+        self.rows.append(
+            {
+                "path": quote(current.relative, safe=_PATH_SAFE),
+                "partitionValues": json.dumps(current.values),
+                "size": size,
+                "modificationTime": int(time.time() * 1000),
+                "stats": current.stats.to_json(),
+            }
+        )
+
+
+def _partition_runs(
+    plan: _WritePlan, batch: pa.RecordBatch
+) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+    """The data columns of `batch` cut into runs of equal partition values (rows are sorted)."""
+    data = pa.Table.from_batches([batch]).select(plan.data_schema.names).cast(plan.data_schema)
+    if not plan.partition_columns:
+        yield {}, data
+        return
+    keys = [batch.column(c) for c in plan.partition_columns]
+    change = np.zeros(batch.num_rows, dtype=bool)
+    change[0] = True
+    for key in keys:
+        after, before = key.slice(1), key.slice(0, len(key) - 1)
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(after, before), False),
+            pc.xor(pc.is_null(after), pc.is_null(before)),
+        )
+        change[1:] |= differs.to_numpy(zero_copy_only=False)
+    starts = [*np.flatnonzero(change).tolist(), batch.num_rows]
+    for start, end in itertools.pairwise(starts):
+        values = {
+            c: serialize_partition_value(key[start].as_py(), delta_type) or None
+            for c, key, delta_type in zip(
+                plan.partition_columns, keys, plan.partition_types, strict=True
+            )
+        }
+        yield values, data.slice(start, end - start)
+
+
+def _write_task(plan: _WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow function: check and write a task's rows; yield its files' rows."""
+    writer = _TaskWriter(plan)
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if plan.checks:
+                _check_batch(plan.checks, batch)
+            for values, table in _partition_runs(plan, batch):
+                writer.add(values, table)
+        rows = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=_FILE_ROW_SCHEMA)
+
+
+def _collect(data: DataFrame) -> list[Row]:
+    """Run the write job; a constraint violation in a task becomes ConstraintViolationError."""
+    try:
+        return data.collect()
+    except Exception as exc:
+        match = _VIOLATION_MARK.search(str(exc))
+        if match is None:
+            raise
+        raise ConstraintViolationError(**json.loads(match[1])) from None
+
+
+def _check_writable(txn: OptimisticTransaction) -> None:
+    """Refuse tables whose features the Spark writer cannot honour (before writing anything)."""
+    mode = txn.metadata.configuration.get("delta.columnMapping.mode", "none")
+    if mode.lower() != "none":
+        raise DeltaProtocolError(
+            f"Cannot write to table {txn.table}: it uses column mapping "
+            f"(delta.columnMapping.mode={mode}), which the Spark writer does not support."
+        )
+    check_writer_support(txn.protocol, txn.table)
+
+
+def write_files(
+    txn: OptimisticTransaction,
+    df: DataFrame,
+    partition_by: Sequence[str] | None = None,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    storage_options: Mapping[str, Any] | None = None,
+    constraints: Sequence[Constraint] = (),
+) -> list[AddFile]:
+    """Write `df` to data files of the transaction's table; their AddFiles (not committed).
+
+    `partition_by`, when given, must be the table's partition columns. `constraints` are
+    checked on every row besides the table's own (raises ConstraintViolationError). Storage
+    options default to the transaction's DeltaLog's.
+    """
+    txn.has_written = True
+    metadata = txn.metadata
+    if metadata is None:
+        raise ValueError(
+            f"Table {txn.table} does not exist: set its metadata with "
+            "update_metadata_for_new_table before writing files"
+        )
+    _check_writable(txn)
+    columns = tuple(metadata.partition_columns)
+    if partition_by is not None and [c.lower() for c in partition_by] != [
+        c.lower() for c in columns
+    ]:
+        raise SchemaMismatchError(
+            f"Table {txn.table} is partitioned by {list(columns)}, not by {list(partition_by)}"
+        )
+    schema_json = json.loads(metadata.schema_string or "{}")
+    data = normalize_data(df, schema_json, txn.table)
+    checks = (*table_constraints(metadata), *constraints)
+    if checks:
+        data = data.withColumn(_VIOLATION_COLUMN, _violation_column(checks))
+    types = {f["name"]: f["type"] for f in schema_json["fields"]}
+    for c in columns:
+        if types[c] == "string":  # "" is a null partition value: group it with the nulls
+            data = data.withColumn(c, F.nullif(F.col(_quote(c)), F.lit("")))
+    if columns:
+        keys = [F.col(_quote(c)) for c in columns]
+        data = data.repartition(*keys).sortWithinPartitions(*keys)
+    table_schema = metadata.schema
+    plan = _WritePlan(
+        uri=txn.delta_log.table_uri,
+        root=txn.delta_log.table_path,
+        storage_options=dict(
+            txn.delta_log.storage_options if storage_options is None else storage_options
+        ),
+        data_schema=pa.schema(
+            [
+                pa.field(f.name, _nullable_arrow(f.type))
+                for f in table_schema
+                if f.name not in columns
+            ]
+        ),
+        partition_columns=columns,
+        partition_types=tuple(types[c] for c in columns),
+        target_file_size=target_file_size,
+        num_indexed_cols=int(
+            metadata.configuration.get("delta.dataSkippingNumIndexedCols", DEFAULT_NUM_INDEXED_COLS)
+        ),
+        checks=checks,
+    )
+    rows = _collect(data.mapInArrow(functools.partial(_write_task, plan), _FILE_ROW_DDL))
+    return [
+        AddFile(
+            path=r["path"],
+            partition_values=json.loads(r["partitionValues"]),
+            size=r["size"],
+            modification_time=r["modificationTime"],
+            data_change=True,
+            stats=r["stats"],
+        )
+        for r in rows
+    ]
+
+
+# --------------------------------------------------------------------------- write_delta
+
+
+def _column_names(names: Sequence[str], df: DataFrame) -> list[str]:
+    """`names` spelt as the DataFrame's columns (matched case-insensitively)."""
+    by_lower = {c.lower(): c for c in df.columns}
+    unknown = [n for n in names if n.lower() not in by_lower]
+    if unknown:
+        raise SchemaMismatchError(
+            f"partition columns {unknown} are not columns of the DataFrame ({df.columns})"
+        )
+    return [by_lower[n.lower()] for n in names]
+
+
+def _prepare_metadata(
+    txn: OptimisticTransaction,
+    df: DataFrame,
+    partition_by: Sequence[str] | None,
+    replace_schema: bool,
+    merge_schema: bool,
+    configuration: Mapping[str, str] | None,
+) -> None:
+    """Create the table's metadata, or replace or widen its schema, as the write asks."""
+    exists = txn.read_version >= 0
+    if (
+        exists
+        and not replace_schema
+        and partition_by is not None
+        and [c.lower() for c in partition_by] != [c.lower() for c in txn.metadata.partition_columns]
+    ):
+        raise SchemaMismatchError(
+            f"Table {txn.table} is partitioned by {txn.metadata.partition_columns}, not by "
+            f"{list(partition_by)}; overwrite with overwrite_schema=True to change it"
+        )
+    if not exists or replace_schema:
+        schema_string = _compact(_nullable_json(df.schema.jsonValue()))
+        columns = _column_names(partition_by or [], df)
+        if exists:
+            txn.update_metadata(
+                dataclasses.replace(
+                    txn.metadata, schema_string=schema_string, partition_columns=columns
+                )
+            )
+        else:
+            txn.update_metadata_for_new_table(
+                Metadata(
+                    id=str(uuid.uuid4()),
+                    schema_string=schema_string,
+                    partition_columns=columns,
+                    configuration=dict(configuration or {}),
+                    created_time=int(time.time() * 1000),
+                )
+            )
+    elif merge_schema:
+        schema = json.loads(txn.metadata.schema_string or "{}")
+        known = {f["name"].lower() for f in schema["fields"]}
+        added = [
+            f
+            for f in _nullable_json(df.schema.jsonValue())["fields"]
+            if f["name"].lower() not in known
+        ]
+        if added:
+            widened = {**schema, "fields": [*schema["fields"], *added]}
+            txn.update_metadata(dataclasses.replace(txn.metadata, schema_string=_compact(widened)))
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _partitions_predicate(columns: Sequence[str], adds: Sequence[AddFile]) -> str | None:
+    """A predicate selecting exactly the partitions `adds` wrote to (None for none)."""
+    keys = sorted({tuple(a.partition_values.get(c) for c in columns) for a in adds}, key=str)
+    terms = [
+        " AND ".join(
+            f"{_quote(c)} IS NULL" if v is None else f"{_quote(c)} = {_sql_string(v)}"
+            for c, v in zip(columns, key, strict=True)
+        )
+        for key in keys
+    ]
+    return " OR ".join(f"({t})" for t in terms) if terms else None
+
+
+def write_delta(
+    df: DataFrame,
+    uri: str,
+    mode: str = "append",
+    partition_by: Sequence[str] | None = None,
+    replace_where: str | None = None,
+    merge_schema: bool = False,
+    overwrite_schema: bool = False,
+    txn_app_id: str | None = None,
+    txn_version: int | None = None,
+    user_metadata: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    partition_overwrite_mode: str = "static",
+    configuration: Mapping[str, str] | None = None,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+) -> WriteResult:
+    """Write `df` to the Delta table at `uri` in one commit (creating the table if needed).
+
+    `mode`: "append", "overwrite" (all files, the files matching `replace_where`, or with
+    `partition_overwrite_mode="dynamic"` the partitions `df` writes to), "error"/"errorifexists"
+    or "ignore" (skip) when the table exists. `merge_schema` adds `df`'s new columns;
+    `overwrite_schema` (overwrite only) replaces the schema and the partitioning. With
+    `txn_app_id` and `txn_version` the write is skipped when that application already committed
+    that version (or a later one). `configuration` holds the table properties of a new table.
+    """
+    save_mode = _SAVE_MODES.get(mode.lower())
+    if save_mode is None:
+        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(_SAVE_MODES)}")
+    overwrite = save_mode == "Overwrite"
+    dynamic = partition_overwrite_mode.lower()
+    if dynamic not in ("static", "dynamic"):
+        raise ValueError(
+            "partition_overwrite_mode must be 'static' or 'dynamic', not "
+            f"{partition_overwrite_mode!r}"
+        )
+    if not overwrite and (replace_where or overwrite_schema or dynamic == "dynamic"):
+        raise ValueError(
+            "replace_where, overwrite_schema and dynamic partition overwrite need mode='overwrite'"
+        )
+    if (replace_where is not None) + overwrite_schema + (dynamic == "dynamic") > 1:
+        raise ValueError(
+            "replace_where, overwrite_schema and partition_overwrite_mode='dynamic' exclude "
+            "each other"
+        )
+    if (txn_app_id is None) != (txn_version is None):
+        raise ValueError("txn_app_id and txn_version go together")
+    txn = DeltaLog.for_table(uri, storage_options).start_transaction(
+        properties=CommitProperties(user_metadata=user_metadata)
+    )
+    if (
+        txn_app_id is not None
+        and txn_version is not None
+        and txn.txn_version(txn_app_id) >= txn_version
+    ):
+        return WriteResult(None, 0, {}, skipped=True)
+    if txn.read_version >= 0 and save_mode == "ErrorIfExists":
+        raise TableAlreadyExistsError(
+            f"Table {uri} already exists (version {txn.read_version}) and mode is {mode!r}"
+        )
+    if txn.read_version >= 0 and save_mode == "Ignore":
+        return WriteResult(None, 0, {}, skipped=True)
+    _prepare_metadata(txn, df, partition_by, overwrite_schema, merge_schema, configuration)
+    columns = list(txn.metadata.partition_columns)
+    dynamic_overwrite = dynamic == "dynamic" and bool(columns)
+    removed = txn.filter_files(replace_where) if overwrite and not dynamic_overwrite else []
+    constraints = []
+    if replace_where is not None:
+        names = [f["name"] for f in json.loads(txn.metadata.schema_string or "{}")["fields"]]
+        constraints.append(
+            Constraint(
+                "replaceWhere",
+                replace_where,
+                "Written data does not conform to partial table overwrite condition or "
+                f"constraint '{replace_where}'.\nCHECK replaceWhere ({replace_where})",
+                _referenced_columns(replace_where, names),
+            )
+        )
+    adds = write_files(
+        txn,
+        df,
+        target_file_size=target_file_size,
+        storage_options=storage_options,
+        constraints=constraints,
+    )
+    if dynamic_overwrite:
+        predicate = _partitions_predicate(columns, adds)
+        removed = txn.filter_files(predicate) if predicate is not None else []
+    now = int(time.time() * 1000)
+    actions: list[Any] = [f.remove(now) for f in removed]
+    actions += adds
+    if txn_app_id is not None and txn_version is not None:
+        actions.append(SetTransaction(txn_app_id, txn_version, now))
+    metrics = {
+        "numFiles": len(adds),
+        "numOutputRows": sum(a.num_records or 0 for a in adds),
+        "numOutputBytes": sum(a.size for a in adds),
+    }
+    if overwrite:
+        metrics["numRemovedFiles"] = len(removed)
+        metrics["numRemovedBytes"] = sum(f.size for f in removed)
+    parameters: dict[str, Any] = {"mode": save_mode, "partitionBy": columns}
+    if replace_where is not None:
+        parameters["predicate"] = replace_where
+    if dynamic_overwrite:
+        parameters["partitionOverwriteMode"] = "dynamic"
+    version = txn.commit(actions, Operation("WRITE", parameters, metrics))
+    return WriteResult(version, txn.attempts, metrics)

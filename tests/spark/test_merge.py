@@ -1,0 +1,405 @@
+"""MERGE (airflow_delta.spark.merge): Delta semantics, metrics, files rewritten, conflicts.
+
+Rows are compared after every merge as this project reads them (read_delta) and as deltalake
+reads them (through `to_pyarrow_dataset()`: never `to_pyarrow_table()`/`to_pandas()`, which
+abort the process at exit here).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_delta.engine import DeltaLog, Operation, OptimisticTransaction
+from airflow_delta.engine.actions import Action
+from airflow_delta.engine.errors import ConcurrentAppendException
+from airflow_delta.spark.merge import (
+    DeltaMergeBuilder,
+    MultipleSourceRowMatchingTargetRowInMergeError,
+    merge_delta,
+)
+from airflow_delta.spark.read import read_delta
+from airflow_delta.spark.write import write_delta, write_files
+
+DDL = "id long, value string, part string"
+Row = tuple[int, str | None, str]
+BASE: list[Row] = [(1, "a1", "a"), (2, "a2", "a"), (3, "b3", "b"), (4, "b4", "b"), (5, "c5", "c")]
+ON = "t.id = s.id AND t.part = s.part"
+
+
+def make_table(spark: SparkSession, path: Path, rows: list[Row], **configuration: str) -> str:
+    """A table partitioned by `part` holding `rows`, one file per partition."""
+    import pyarrow as pa
+
+    uri = str(path / "table")
+    schema = pa.schema([("id", pa.int64()), ("value", pa.string()), ("part", pa.string())])
+    DeltaLog.create_table(uri, schema, ["part"], configuration or None)
+    write_delta(spark.createDataFrame(rows, DDL).coalesce(1), uri)
+    return uri
+
+
+def source(spark: SparkSession, rows: list[Row]) -> DataFrame:
+    return spark.createDataFrame(rows, DDL)
+
+
+def table_rows(spark: SparkSession, uri: str) -> list[Row]:
+    """The rows as read_delta reads them, checked against deltalake's reading."""
+    ours = sorted(tuple(r) for r in read_delta(spark, uri).select("id", "value", "part").collect())
+    dataset = DeltaTable(uri).to_pyarrow_dataset().to_table(columns=["id", "value", "part"])
+    theirs = sorted(tuple(r.values()) for r in dataset.to_pylist())
+    assert ours == theirs
+    return ours
+
+
+def files_by_part(uri: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for add in DeltaLog.for_table(uri).update().all_files():
+        out.setdefault(add.partition_values["part"], set()).add(add.path)
+    return out
+
+
+def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
+    log = Path(uri, "_delta_log", f"{version:020d}.json").read_text().splitlines()
+    return [json.loads(line) for line in log]
+
+
+def counts(metrics: dict[str, int]) -> dict[str, int]:
+    """The row and file counts of the metrics (bytes and version left out)."""
+    return {k: v for k, v in metrics.items() if k != "version" and "Bytes" not in k}
+
+
+class InterleavedMerge(DeltaMergeBuilder):
+    """A merge that runs `before_commit` after writing its files and before committing."""
+
+    def __init__(self, *args: Any, before_commit: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.before_commit = before_commit
+        self.txn: OptimisticTransaction | None = None
+
+    def _commit(
+        self, txn: OptimisticTransaction, actions: list[Action], metrics: dict[str, int]
+    ) -> int:
+        self.txn = txn
+        self.before_commit()
+        return super()._commit(txn, actions, metrics)
+
+
+# -- semantics -----------------------------------------------------------------------------------
+
+
+def test_upsert(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    updates = source(spark, [(2, "A2", "a"), (6, "a6", "a"), (7, "d7", "d")])
+    metrics = (
+        merge_delta(uri, updates, ON)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert table_rows(spark, uri) == [
+        (1, "a1", "a"),
+        (2, "A2", "a"),
+        (3, "b3", "b"),
+        (4, "b4", "b"),
+        (5, "c5", "c"),
+        (6, "a6", "a"),
+        (7, "d7", "d"),
+    ]
+    assert metrics["version"] == 2
+    assert metrics["numTargetRowsUpdated"] == 1
+    assert metrics["numTargetRowsInserted"] == 2
+    assert metrics["numTargetRowsCopied"] == 1  # row 1, in the file of row 2
+    assert metrics["numTargetFilesRemoved"] == 1
+
+
+def test_matched_delete_with_condition(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    deletes = source(spark, [(1, "keep", "a"), (3, "drop", "b"), (4, "drop", "b")])
+    metrics = merge_delta(uri, deletes, ON).when_matched_delete("s.value = 'drop'").execute()
+    assert table_rows(spark, uri) == [(1, "a1", "a"), (2, "a2", "a"), (5, "c5", "c")]
+    assert metrics["numTargetRowsDeleted"] == 2
+    assert metrics["numTargetRowsCopied"] == 0
+    # Row 1 matched, but no clause modified it: its file is not rewritten.
+    assert metrics["numTargetFilesRemoved"] == 1
+    assert metrics["numTargetFilesAdded"] == 0
+
+
+def test_insert_only_rewrites_no_file(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    before = files_by_part(uri)
+    new = source(spark, [(1, "dup", "a"), (8, "a8", "a"), (9, "e9", "e")])
+    metrics = merge_delta(uri, new, ON).when_not_matched_insert_all().execute()
+    assert table_rows(spark, uri) == sorted([*BASE, (8, "a8", "a"), (9, "e9", "e")])
+    actions = commit_actions(uri, metrics["version"])
+    assert not [a for a in actions if "remove" in a]
+    assert len([a for a in actions if "add" in a]) == metrics["numTargetFilesAdded"] == 2
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["isBlindAppend"] is False  # the merge read the target
+    after = files_by_part(uri)
+    assert all(before[p] <= after[p] for p in before)
+    assert metrics["numTargetFilesRemoved"] == 0
+    assert metrics["numTargetRowsInserted"] == 2
+    assert metrics["numTargetRowsCopied"] == 0
+
+
+def test_not_matched_by_source_update_and_delete(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    current = source(spark, [(1, "A1", "a"), (4, "B4", "b")])
+    metrics = (
+        merge_delta(uri, current, ON)
+        .when_matched_update({"value": "s.value"})
+        .when_not_matched_by_source_delete("t.part = 'c'")
+        .when_not_matched_by_source_update({"t.value": "concat(t.value, '-stale')"})
+        .execute()
+    )
+    assert table_rows(spark, uri) == [
+        (1, "A1", "a"),
+        (2, "a2-stale", "a"),
+        (3, "b3-stale", "b"),
+        (4, "B4", "b"),
+    ]
+    assert metrics["numTargetRowsMatchedUpdated"] == 2
+    assert metrics["numTargetRowsNotMatchedBySourceUpdated"] == 2
+    assert metrics["numTargetRowsNotMatchedBySourceDeleted"] == 1
+    assert metrics["numTargetFilesRemoved"] == 3
+
+
+def test_multiple_source_rows_matching_one_target_row(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    twice = source(spark, [(2, "x", "a"), (2, "y", "a"), (3, "z", "b")])
+    with pytest.raises(MultipleSourceRowMatchingTargetRowInMergeError, match="multiple source"):
+        merge_delta(uri, twice, ON).when_matched_update_all().execute()
+    assert DeltaLog.for_table(uri).update().version == 1  # nothing committed
+    assert table_rows(spark, uri) == BASE
+
+    # No clause modifies row 2: it is copied once although its file is rewritten for row 1.
+    one = source(spark, [(2, "x", "a"), (2, "y", "a"), (1, "A1", "a")])
+    metrics = merge_delta(uri, one, ON).when_matched_update_all("s.id = 1").execute()
+    assert table_rows(spark, uri) == [(1, "A1", "a"), *BASE[1:]]
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsCopied"]) == (1, 1)
+
+    # As in Delta, a single unconditional DELETE may match a row several times.
+    metrics = merge_delta(uri, twice, ON).when_matched_delete().execute()
+    assert table_rows(spark, uri) == [(1, "A1", "a"), (4, "b4", "b"), (5, "c5", "c")]
+    assert metrics["numTargetRowsDeleted"] == 2
+
+
+def test_clause_order_and_conditions(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    changes = source(
+        spark,
+        [
+            (1, "del", "a"),
+            (2, "skip", "a"),
+            (3, "x", "b"),
+            (4, "del", "b"),
+            (101, "big", "a"),
+            (102, "skip", "a"),
+            (7, None, "a"),
+        ],
+    )
+    (
+        merge_delta(uri, changes, "tgt.id = src.id", source_alias="src", target_alias="tgt")
+        .when_matched_delete("src.value = 'del' AND tgt.id = 1")
+        .when_matched_update({"value": "concat(tgt.value, '+', src.value)"}, "src.value != 'skip'")
+        .when_not_matched_insert({"id": "src.id", "part": "src.part"}, "src.value = 'skip'")
+        .when_not_matched_insert(
+            {"id": "src.id", "value": "'first'", "part": "src.part"}, "src.id > 100"
+        )
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert table_rows(spark, uri) == sorted(
+        [
+            (2, "a2", "a"),  # skip: no clause
+            (3, "b3+x", "b"),
+            (4, "b4+del", "b"),  # the delete's condition failed, the update applied
+            (5, "c5", "c"),
+            (7, None, "a"),  # insert *
+            (101, "first", "a"),
+            (102, None, "a"),  # the first insert clause wins; value unassigned
+        ]
+    )
+    builder = merge_delta(uri, changes, ON).when_matched_update_all()
+    with pytest.raises(ValueError, match="only the last MATCHED clause can omit"):
+        builder.when_matched_delete()
+    with pytest.raises(ValueError, match="'nope' is not a column"):
+        merge_delta(uri, changes, ON).when_matched_update({"nope": "s.value"}).execute()
+
+
+def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    changes = source(spark, [(1, "A1", "a"), (3, "gone", "b"), (8, "a8", "a"), (9, "skip", "z")])
+    metrics = (
+        merge_delta(uri, changes, "t.id = s.id")
+        .when_matched_delete("s.value = 'gone'")
+        .when_matched_update_all()
+        .when_not_matched_insert_all("s.value != 'skip'")
+        .when_not_matched_by_source_update({"value": "upper(t.value)"}, "t.id = 5")
+        .execute()
+    )
+    assert counts(metrics) == {
+        "numSourceRows": 4,
+        "numTargetRowsInserted": 1,
+        "numTargetRowsUpdated": 2,
+        "numTargetRowsMatchedUpdated": 1,
+        "numTargetRowsNotMatchedBySourceUpdated": 1,
+        "numTargetRowsDeleted": 1,
+        "numTargetRowsMatchedDeleted": 1,
+        "numTargetRowsNotMatchedBySourceDeleted": 0,
+        "numTargetRowsCopied": 2,  # rows 2 and 4, in the files of rows 1 and 3
+        "numOutputRows": 5,
+        "numTargetFilesAdded": metrics["numTargetFilesAdded"],
+        "numTargetFilesRemoved": 3,
+    }
+    assert table_rows(spark, uri) == [
+        (1, "A1", "a"),
+        (2, "a2", "a"),
+        (4, "b4", "b"),
+        (5, "C5", "c"),
+        (8, "a8", "a"),
+    ]
+    actions = commit_actions(uri, metrics["version"])
+    adds = [a["add"] for a in actions if "add" in a]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    assert metrics["numTargetFilesAdded"] == len(adds) >= 3  # partitions a, b and c
+    assert metrics["numTargetBytesAdded"] == sum(a["size"] for a in adds)
+    assert metrics["numTargetBytesRemoved"] == sum(r["size"] for r in removes)
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["operation"] == "MERGE"
+    assert info["operationMetrics"] == {k: str(v) for k, v in metrics.items() if k != "version"}
+    parameters = info["operationParameters"]
+    assert parameters["predicate"] == "t.id = s.id"
+    assert json.loads(parameters["matchedPredicates"]) == [
+        {"predicate": "s.value = 'gone'", "actionType": "delete"},
+        {"actionType": "update"},
+    ]
+    assert json.loads(parameters["notMatchedPredicates"]) == [
+        {"predicate": "s.value != 'skip'", "actionType": "insert"}
+    ]
+    assert json.loads(parameters["notMatchedBySourcePredicates"]) == [
+        {"predicate": "t.id = 5", "actionType": "update"}
+    ]
+
+
+# -- files and pruning ---------------------------------------------------------------------------
+
+
+def test_only_touched_files_are_rewritten(spark: SparkSession, tmp_path: Path) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    before = files_by_part(uri)
+    metrics = (
+        merge_delta(uri, source(spark, [(3, "B3", "b")]), "t.id = s.id")
+        .when_matched_update_all()
+        .execute()
+    )
+    after = files_by_part(uri)
+    assert after["a"] == before["a"] and after["c"] == before["c"]
+    assert not after["b"] & before["b"]
+    removed = {
+        a["remove"]["path"] for a in commit_actions(uri, metrics["version"]) if "remove" in a
+    }
+    assert removed == before["b"]
+    names = {path.rsplit("/", 1)[-1] for path in set().union(*after.values())}
+    assert {uri.rsplit("/", 1)[-1] for uri in DeltaTable(uri).file_uris()} == names
+    assert table_rows(spark, uri) == sorted([(3, "B3", "b"), *(r for r in BASE if r[0] != 3)])
+
+
+@pytest.mark.parametrize(
+    ("condition", "clause", "changes", "predicates", "parts_read"),
+    [
+        (ON, "update", [(1, "A1", "a"), (3, "B3", "b")], ["`part` IN ('a', 'b')"], {"a", "b"}),
+        (ON, "update", [], ["FALSE"], set()),
+        ("(t.id = s.id) AND (t.part = 'b')", "update", [(3, "B3", "b")], ["`part` = 'b'"], {"b"}),
+        (
+            "t.part IN ('a', 'c') AND t.id = s.id",
+            "insert",
+            [],
+            ["`part` IN ('a', 'c')"],
+            {"a", "c"},
+        ),
+        ("s.part = t.part AND t.id = s.id", "by_source", [(1, "A1", "a")], [], {"a", "b", "c"}),
+    ],
+)
+def test_partition_pruning_is_recorded(
+    spark: SparkSession,
+    tmp_path: Path,
+    condition: str,
+    clause: str,
+    changes: list[Row],
+    predicates: list[str],
+    parts_read: set[str],
+) -> None:
+    uri = make_table(spark, tmp_path, BASE)
+    merge = InterleavedMerge(uri, source(spark, changes), condition, before_commit=lambda: None)
+    if clause == "update":
+        merge.when_matched_update_all()
+    elif clause == "insert":
+        merge.when_not_matched_insert_all()
+    else:
+        merge.when_not_matched_by_source_delete("t.id = 5")
+    merge.execute()
+    assert merge.txn is not None
+    assert [p.text for p in merge.txn.read_predicates] == (predicates or ["true"])
+    read_parts = {dict(r["partitionValues"])["part"] for r in merge.txn.read_files[0].to_pylist()}
+    assert read_parts == parts_read
+
+
+# -- concurrency ---------------------------------------------------------------------------------
+
+
+def blind_append(spark: SparkSession, uri: str, part: str) -> Callable[[], None]:
+    def run() -> None:
+        write_delta(source(spark, [(50, "concurrent", part)]), uri)
+
+    return run
+
+
+def read_then_append(spark: SparkSession, uri: str, part: str) -> Callable[[], None]:
+    """An append whose transaction read the partition it appends to (not a blind append)."""
+
+    def run() -> None:
+        txn = DeltaLog.for_table(uri).start_transaction()
+        txn.filter_files_arrow(f"part = '{part}'")
+        adds = write_files(txn, source(spark, [(50, "concurrent", part)]))
+        txn.commit(adds, Operation("WRITE", {"mode": "Append"}))
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("isolation", "writer", "part", "conflict"),
+    [
+        ("Serializable", blind_append, "a", True),
+        ("WriteSerializable", read_then_append, "a", True),
+        ("WriteSerializable", blind_append, "a", False),  # blind appends may pass
+        ("Serializable", read_then_append, "b", False),  # disjoint partitions
+    ],
+)
+def test_concurrent_append(
+    spark: SparkSession,
+    tmp_path: Path,
+    isolation: str,
+    writer: Callable[[SparkSession, str, str], Callable[[], None]],
+    part: str,
+    conflict: bool,
+) -> None:
+    uri = make_table(spark, tmp_path, BASE, **{"delta.isolationLevel": isolation})
+    changes = source(spark, [(1, "A1", "a"), (9, "a9", "a")])
+    merge = InterleavedMerge(uri, changes, ON, before_commit=writer(spark, uri, part))
+    merge.when_matched_update_all().when_not_matched_insert_all()
+    if conflict:
+        with pytest.raises(ConcurrentAppendException, match="partition \\[part=a\\]"):
+            merge.execute()
+        assert DeltaLog.for_table(uri).update().version == 2  # only the concurrent append
+        assert table_rows(spark, uri) == sorted([*BASE, (50, "concurrent", part)])
+        return
+    assert merge.execute()["version"] == 3
+    expected = [(1, "A1", "a"), *BASE[1:], (9, "a9", "a"), (50, "concurrent", part)]
+    assert table_rows(spark, uri) == sorted(expected)
