@@ -1,0 +1,586 @@
+"""Snapshot -> DataFrame: a Delta table's files read with Spark's own parquet reader.
+
+`scan_files` turns a set of active files (rows of `Snapshot.files()`) into a DataFrame with the
+table's logical schema:
+
+1. Everything the data plane cannot honour is refused with `DeltaProtocolError` before any file
+   is opened: unknown reader features, column mapping modes, type changes the parquet reader
+   cannot widen, file names Spark would silently skip, storage Spark is not configured for.
+2. The data columns are read by one `spark.read.schema(...).parquet(*files)` over the files'
+   absolute locations, with an explicit schema (no footer is inferred, no directory is listed,
+   no partition is discovered from directory names). Column-mapped tables are read by physical
+   names, nested ones included, and renamed to the logical names afterwards (a struct cast).
+3. Partition values, the file's log path and deleted rows come from the log, not from the files.
+   They are per-file facts: a small DataFrame built on the driver (one row per file: Spark's
+   `_metadata.file_path` of the file, a file id, the typed partition values, the log path) is
+   broadcast-joined to the rows on `_metadata.file_path`. One read plus one broadcast hash join
+   keeps a single scan for any number of partitions, where a read per partition unioned together
+   would grow the plan with the partition count. A row whose file does not match fails the query
+   (never a silent drop). The join is skipped when there is nothing per-file to add.
+4. Deletion vectors are decoded on the driver (`deletion_vectors`) into (file id, row index)
+   pairs and removed with an anti-join on `_metadata.row_index`.
+
+`read_delta` loads a snapshot (latest, or by version or timestamp), prunes files with a
+partition predicate through the engine and scans the rest.
+
+Storage: local tables are read through `file:` URIs. Spark here has no `s3a`; another scheme is
+read only when the session configures a Hadoop filesystem for it (`spark.hadoop.fs.<scheme>.impl`,
+for example `spark.hadoop.fs.s3.impl=org.apache.hadoop.fs.s3a.S3AFileSystem` for `s3://` tables),
+else `UnsupportedStorageError` is raised. The log itself is always read by the engine (fsspec).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from airflow_delta.engine.delta_log import DeltaLog, Timestamp
+from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
+from airflow_delta.engine.features import reader_features
+from airflow_delta.engine.log_store import LocalLogStore
+from airflow_delta.engine.predicates import parse_predicates
+from airflow_delta.engine.schema import partition_values_to_arrow, schema_from_json
+from airflow_delta.engine.snapshot import Snapshot
+from airflow_delta.spark import deletion_vectors as dvs
+
+#: Reader features this data plane honours (variant shredding needs Spark 4.1's reader).
+SPARK_READER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+        "variantShredding-preview",
+    }
+)
+_SHREDDING_FEATURES = frozenset({"variantShredding-preview"})
+_SHREDDING_MIN_SPARK = (4, 1)
+
+#: URI schemes Spark reads without configuration.
+NATIVE_SCHEMES = frozenset({"file", "hdfs"})
+
+_PHYSICAL_NAME = "delta.columnMapping.physicalName"
+_TYPE_CHANGES = "delta.typeChanges"
+_INTERNAL = "__airflow_delta_"
+_KEY = _INTERNAL + "file_key"
+_FILE_ID = _INTERNAL + "file_id"
+_ROW_INDEX = _INTERNAL + "row_index"
+_LOG_PATH = _INTERNAL + "log_path"
+
+# Characters java.net.URI leaves unquoted in a path (unreserved, punctuation, ";/").
+_URI_SAFE = re.compile(r"[A-Za-z0-9\-_.!~*'();:@&=+$,/]*")
+_URI_UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9\-_.!~*'();:@&=+$,/]")
+_GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_INTEGER_DIGITS = {"byte": 3, "short": 5, "integer": 10, "long": 20}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def read_delta(
+    spark: SparkSession,
+    uri: str,
+    version: int | None = None,
+    timestamp: Timestamp | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    partition_filter: str | Sequence[str] | None = None,
+) -> DataFrame:
+    """The table at `uri` as a DataFrame: the latest version, or `version`, or the latest
+    version committed at or before `timestamp`.
+
+    `partition_filter` (a SQL boolean expression over partition columns, or a list of them,
+    ANDed) prunes files through the engine before Spark sees any: only the surviving files are
+    handed to Spark. Pruning is exact, since every row of a file shares its partition values.
+    """
+    snapshot = DeltaLog.for_table(uri, storage_options).snapshot_at(version, timestamp)
+    files = snapshot.files()
+    if partition_filter is not None:
+        predicate = parse_predicates(partition_filter, _partition_types(snapshot))
+        if not predicate.matches_all():
+            files = files.filter(predicate.evaluate(files))
+    return scan_files(spark, snapshot, files)
+
+
+def scan_files(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    files: pa.StructArray,
+    *,
+    file_column: str | None = None,
+    row_index_column: str | None = None,
+) -> DataFrame:
+    """The rows of `files` (a subset of `snapshot.files()`) with the table's logical schema.
+
+    `file_column` adds a string column holding each row's file path as the log writes it;
+    `row_index_column` adds the row's position (long) in its parquet file. Raises
+    DeltaProtocolError (or UnsupportedStorageError) before reading when the table or a file
+    cannot be read correctly.
+    """
+    table = _TableLayout.of(spark, snapshot)
+    for name in (file_column, row_index_column):
+        if name is not None and (name.lower() in table.lower_names or name.startswith(_INTERNAL)):
+            raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
+    locations = [table.resolve(path) for path in pc.struct_field(files, "path").to_pylist()]
+    _check_locations(spark, snapshot, locations)
+    extra = [
+        T.StructField(name, kind)
+        for name, kind in ((file_column, T.StringType()), (row_index_column, T.LongType()))
+        if name is not None
+    ]
+    if not len(files):  # an empty relation with the schema, built without Python workers
+        empty = spark.range(0)
+        return empty.select(
+            *(F.lit(None).cast(f.dataType).alias(f.name) for f in table.output_fields() + extra)
+        )
+    deleted = _deleted_rows(snapshot, table, files)
+    needs_row_index = deleted is not None or row_index_column is not None
+    per_file = bool(table.partition_fields) or file_column is not None or needs_row_index
+
+    data = spark.read.schema(table.read_schema).parquet(*(loc.spark_path for loc in locations))
+    columns = [data[_quoted(f.name)] for f in table.read_schema.fields]
+    if per_file:
+        metadata = data.metadataColumn("_metadata")
+        columns.append(metadata.getField("file_path").alias(_KEY))
+        if needs_row_index:
+            columns.append(metadata.getField("row_index").alias(_ROW_INDEX))
+    rows = data.select(*columns)
+    if per_file:
+        rows = rows.join(F.broadcast(_files_frame(spark, table, files, locations)), _KEY, "left")
+        unmatched = F.concat(F.lit("rows of an unexpected data file: "), F.col(_KEY))
+        rows = rows.where(
+            F.when(F.col(_FILE_ID).isNull(), F.raise_error(unmatched)).otherwise(F.lit(True))
+        )
+    if deleted is not None:
+        deleted_frame = spark.createDataFrame(
+            deleted,
+            T.StructType(
+                [T.StructField(_FILE_ID, T.IntegerType()), T.StructField(_ROW_INDEX, T.LongType())]
+            ),
+        )
+        rows = rows.join(deleted_frame, [_FILE_ID, _ROW_INDEX], "left_anti")
+    output = table.output_columns()
+    if file_column is not None:
+        output.append(F.col(_LOG_PATH).alias(file_column))
+    if row_index_column is not None:
+        output.append(F.col(_ROW_INDEX).alias(row_index_column))
+    return rows.select(*output)
+
+
+# --------------------------------------------------------------------------- table layout
+
+
+@dataclass(frozen=True)
+class _Location:
+    """Where a file lives: a URI scheme, an authority and a decoded (OS-style) path."""
+
+    scheme: str
+    authority: str
+    path: str
+
+    @property
+    def spark_path(self) -> str:
+        """The path for `spark.read` (Hadoop takes it literally, glob characters escaped)."""
+        return _GLOB_CHARS.sub(r"\\\1", f"{self.scheme}:{self._authority_part}{self.path}")
+
+    @property
+    def spark_uri(self) -> str:
+        """The file as Spark's `_metadata.file_path` shows it (Hadoop `Path.toUri()`)."""
+        return f"{self.scheme}:{self._authority_part}{_java_uri_path(self.path)}"
+
+    @property
+    def fs_path(self) -> str:
+        """The path in the terms of the table's fsspec filesystem."""
+        return self.path if self.scheme == "file" else f"{self.authority}{self.path}"
+
+    @property
+    def _authority_part(self) -> str:
+        return f"//{self.authority}" if self.authority or self.scheme != "file" else ""
+
+    def child(self, relative: str) -> _Location:
+        return _Location(self.scheme, self.authority, f"{self.path.rstrip('/')}/{relative}")
+
+
+@dataclass(frozen=True)
+class _TableLayout:
+    """How the table's logical schema maps to the parquet files and the log."""
+
+    table: str
+    root: _Location
+    schema_fields: list[dict[str, Any]]  # the Delta schema's top-level fields (JSON)
+    spark_schema: T.StructType  # the same as Spark types, Delta metadata kept
+    column_mapping: bool
+    partition_fields: dict[str, str]  # logical field name -> partitionValues key
+
+    @classmethod
+    def of(cls, spark: SparkSession, snapshot: Snapshot) -> _TableLayout:
+        """The layout of `snapshot`'s table; DeltaProtocolError if Spark cannot read it."""
+        table = snapshot.table_uri
+        _check_reader_features(spark, snapshot)
+        schema_string = snapshot.metadata.schema_string
+        schema_from_json(schema_string)  # CorruptLogError, or DeltaProtocolError for odd types
+        schema_json = json.loads(schema_string)  # type: ignore[arg-type]
+        mode = snapshot.metadata.configuration.get("delta.columnMapping.mode", "none")
+        if "columnMapping" not in reader_features(snapshot.protocol):
+            mode = "none"
+        if mode not in ("none", "name", "id"):
+            raise DeltaProtocolError(f"Table {table} has unknown column mapping mode {mode!r}")
+        fields = schema_json["fields"]
+        by_lower = {f["name"].lower(): f for f in fields}
+        partition_fields = {}
+        for column in snapshot.metadata.partition_columns:
+            field = by_lower.get(column.lower())
+            if field is None:
+                raise CorruptLogError(f"Table {table}: partition column {column!r} not in schema")
+            key = _physical_name(field, table) if mode != "none" else column
+            partition_fields[field["name"]] = key
+        for field in fields:
+            _check_type_changes(field, table)
+        return cls(
+            table=table,
+            root=_table_root(snapshot),
+            schema_fields=fields,
+            spark_schema=T.StructType.fromJson(schema_json),
+            column_mapping=mode != "none",
+            partition_fields=partition_fields,
+        )
+
+    @property
+    def lower_names(self) -> set[str]:
+        return {f["name"].lower() for f in self.schema_fields}
+
+    @property
+    def fields(self) -> list[tuple[dict[str, Any], T.StructField]]:
+        """Each top-level field as Delta JSON and as a Spark field."""
+        return list(zip(self.schema_fields, self.spark_schema.fields, strict=True))
+
+    @property
+    def _data_fields(self) -> list[tuple[dict[str, Any], T.StructField]]:
+        """Data (non-partition, non-void) fields: the Delta JSON and the Spark field."""
+        return [
+            (js, sf)
+            for js, sf in self.fields
+            if js["name"] not in self.partition_fields and not isinstance(sf.dataType, T.NullType)
+        ]
+
+    @property
+    def read_schema(self) -> T.StructType:
+        """The data columns as the parquet files hold them: physical names, no metadata."""
+        return T.StructType(
+            [
+                T.StructField(self._name_in_file(js), _physical(sf.dataType, self), True)
+                for js, sf in self._data_fields
+            ]
+        )
+
+    def _name_in_file(self, field: dict[str, Any]) -> str:
+        return _physical_name(field, self.table) if self.column_mapping else field["name"]
+
+    def output_fields(self) -> list[T.StructField]:
+        """The logical columns, in schema order (void columns dropped), all nullable."""
+        return [
+            T.StructField(sf.name, _logical(sf.dataType), True)
+            for sf in self.spark_schema.fields
+            if not isinstance(sf.dataType, T.NullType)
+        ]
+
+    def output_columns(self) -> list[Column]:
+        """Expressions producing `output_fields` from the read (and joined) columns."""
+        partition_ids = {name: i for i, name in enumerate(self.partition_fields)}
+        data = {js["name"]: (js, sf) for js, sf in self._data_fields}
+        columns = []
+        for out in self.output_fields():
+            if out.name in partition_ids:
+                column = F.col(_partition_column(partition_ids[out.name]))
+            else:
+                js, sf = data[out.name]
+                column = F.col(_quoted(self._name_in_file(js)))
+                if _physical(sf.dataType, self) != out.dataType:
+                    column = column.cast(out.dataType)
+            columns.append(column.alias(out.name))
+        return columns
+
+    def resolve(self, log_path: str) -> _Location:
+        """The location of a file the log names (a relative URL-encoded path or a URI)."""
+        if not _SCHEME.match(log_path):
+            return self.root.child(unquote(log_path))
+        parts = urlsplit(log_path)
+        scheme = parts.scheme.lower()
+        authority = "" if scheme == "file" and parts.netloc == "localhost" else parts.netloc
+        return _Location(scheme, authority, unquote(parts.path))
+
+
+def _table_root(snapshot: Snapshot) -> _Location:
+    root = snapshot.delta_log.table_path
+    if isinstance(snapshot.delta_log.store, LocalLogStore):
+        return _Location("file", "", root)
+    authority, _, path = root.partition("/")
+    return _Location(urlsplit(snapshot.table_uri).scheme.lower(), authority, "/" + path)
+
+
+def _physical_name(field: dict[str, Any], table: str) -> str:
+    name = (field.get("metadata") or {}).get(_PHYSICAL_NAME)
+    if not isinstance(name, str) or not name:
+        raise CorruptLogError(
+            f"Table {table} uses column mapping but column {field.get('name')!r} has no "
+            f"{_PHYSICAL_NAME}"
+        )
+    return name
+
+
+def _physical(data_type: T.DataType, table: _TableLayout) -> T.DataType:
+    """`data_type` with physical field names (column mapping), no metadata, all nullable."""
+    if isinstance(data_type, T.StructType):
+        return T.StructType(
+            [
+                T.StructField(
+                    _physical_name({"name": f.name, "metadata": f.metadata}, table.table)
+                    if table.column_mapping
+                    else f.name,
+                    _physical(f.dataType, table),
+                    True,
+                )
+                for f in data_type.fields
+            ]
+        )
+    if isinstance(data_type, T.ArrayType):
+        return T.ArrayType(_physical(data_type.elementType, table), True)
+    if isinstance(data_type, T.MapType):
+        return T.MapType(
+            _physical(data_type.keyType, table), _physical(data_type.valueType, table), True
+        )
+    return data_type
+
+
+def _logical(data_type: T.DataType) -> T.DataType:
+    """`data_type` without metadata, all nullable (as Spark's file sources return it)."""
+    if isinstance(data_type, T.StructType):
+        return T.StructType(
+            [T.StructField(f.name, _logical(f.dataType), True) for f in data_type.fields]
+        )
+    if isinstance(data_type, T.ArrayType):
+        return T.ArrayType(_logical(data_type.elementType), True)
+    if isinstance(data_type, T.MapType):
+        return T.MapType(_logical(data_type.keyType), _logical(data_type.valueType), True)
+    return data_type
+
+
+def _partition_column(index: int) -> str:
+    return f"{_INTERNAL}p{index}"
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _partition_types(snapshot: Snapshot) -> dict[str, Any]:
+    """Partition column -> its schema field (the engine's predicates need the whole field)."""
+    fields = json.loads(snapshot.metadata.schema_string or '{"fields": []}')["fields"]
+    by_name = {f["name"].lower(): f for f in fields}
+    return {c: by_name.get(c.lower(), "string") for c in snapshot.metadata.partition_columns}
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def _check_reader_features(spark: SparkSession, snapshot: Snapshot) -> None:
+    features = reader_features(snapshot.protocol)
+    unsupported = sorted(features - SPARK_READER_FEATURES)
+    if features & _SHREDDING_FEATURES and _spark_version(spark) < _SHREDDING_MIN_SPARK:
+        unsupported += sorted(features & _SHREDDING_FEATURES)
+    if unsupported:
+        raise DeltaProtocolError(
+            f"Table {snapshot.table_uri} requires reader features the Spark data plane cannot "
+            f"honour: {', '.join(unsupported)} (Spark {spark.version})."
+        )
+
+
+def _spark_version(spark: SparkSession) -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", spark.version).groups()  # type: ignore[union-attr]
+    return int(major), int(minor)
+
+
+def _check_type_changes(field: dict[str, Any], table: str) -> None:
+    """Refuse a widened column whose older files Spark's parquet reader cannot widen."""
+    changes = (field.get("metadata") or {}).get(_TYPE_CHANGES) or []
+    for change in changes:
+        target = _type_at(field["type"], change.get("fieldPath"))
+        source = change.get("fromType")
+        if not isinstance(target, str) or not _widens(source, target):
+            raise DeltaProtocolError(
+                f"Table {table}: column {field['name']!r} was widened from {source!r} to "
+                f"{change.get('toType')!r}; Spark's parquet reader cannot read its older files "
+                f"as {target!r}."
+            )
+    for child in _child_fields(field["type"]):
+        _check_type_changes(child, table)
+
+
+def _child_fields(delta_type: Any) -> list[dict[str, Any]]:
+    """The struct fields nested anywhere inside `delta_type` (not below other structs)."""
+    if not isinstance(delta_type, dict):
+        return []
+    if delta_type["type"] == "struct":
+        return list(delta_type["fields"])
+    if delta_type["type"] == "array":
+        return _child_fields(delta_type["elementType"])
+    return _child_fields(delta_type["keyType"]) + _child_fields(delta_type["valueType"])
+
+
+def _type_at(delta_type: Any, field_path: str | None) -> Any:
+    """The type reached from `delta_type` through `element`/`key`/`value` steps."""
+    members = {"element": "elementType", "key": "keyType", "value": "valueType"}
+    for step in field_path.split(".") if field_path else []:
+        if not isinstance(delta_type, dict) or members.get(step) not in delta_type:
+            return None
+        delta_type = delta_type[members[step]]
+    return delta_type
+
+
+def _widens(source: Any, target: str) -> bool:
+    """Whether Spark's parquet reader reads a `source` column as `target` (checked on 4.x)."""
+    if not isinstance(source, str):
+        return False
+    if source == target:
+        return True
+    digits = _INTEGER_DIGITS
+    if source in digits and target in digits:
+        return digits[source] <= digits[target]
+    if target == "double":
+        return source in ("byte", "short", "integer", "float")
+    if source == "date":
+        return target == "timestamp_ntz"
+    wide = _DECIMAL.fullmatch(target)
+    if wide is None:
+        return False
+    precision, scale = int(wide[1]), int(wide[2])
+    if source in digits:
+        return precision - scale >= digits[source]
+    narrow = _DECIMAL.fullmatch(source)
+    return narrow is not None and (
+        scale >= int(narrow[2]) and precision - scale >= int(narrow[1]) - int(narrow[2])
+    )
+
+
+def _check_locations(
+    spark: SparkSession, snapshot: Snapshot, locations: Sequence[_Location]
+) -> None:
+    """Refuse files Spark cannot reach, or would silently skip (hidden names)."""
+    for scheme in sorted({loc.scheme for loc in locations} - NATIVE_SCHEMES):
+        if not spark.conf.get(f"spark.hadoop.fs.{scheme}.impl", None):
+            raise UnsupportedStorageError(
+                f"Table {snapshot.table_uri}: Spark has no filesystem for {scheme}:// data "
+                f"files. Configure one on the session (spark.hadoop.fs.{scheme}.impl, e.g. "
+                "org.apache.hadoop.fs.s3a.S3AFileSystem with hadoop-aws on the classpath)."
+            )
+    for loc in locations:
+        name = loc.path.rsplit("/", 1)[-1]
+        if name.startswith((".", "_")) or name.endswith("._COPYING_"):
+            raise DeltaProtocolError(
+                f"Table {snapshot.table_uri}: data file {loc.path!r} has a name Spark's file "
+                "reader treats as hidden and would skip; it cannot be read through Spark."
+            )
+
+
+def _java_uri_path(path: str) -> str:
+    """`path` quoted as java.net.URI quotes a path: unsafe ASCII, and non-ASCII space and
+    control characters, as %XX of their UTF-8 bytes; other non-ASCII characters kept."""
+    if _URI_SAFE.fullmatch(path):
+        return path
+    return _URI_UNSAFE_CHAR.sub(_java_quote_char, path)
+
+
+def _java_quote_char(match: re.Match[str]) -> str:
+    char = match[0]
+    if ord(char) >= 0x80 and not (
+        unicodedata.category(char) in ("Zs", "Zl", "Zp") or ord(char) <= 0x9F
+    ):
+        return char
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- per-file facts
+
+
+def _files_frame(
+    spark: SparkSession,
+    table: _TableLayout,
+    files: pa.StructArray,
+    locations: Sequence[_Location],
+) -> DataFrame:
+    """One row per file: Spark's URI of it, a file id, typed partition values, its log path."""
+    columns: dict[str, pa.Array] = {
+        _KEY: pa.array([loc.spark_uri for loc in locations], pa.string()),
+        _FILE_ID: pa.array(np.arange(len(files), dtype=np.int32)),
+        _LOG_PATH: pc.struct_field(files, "path"),
+    }
+    fields = [
+        T.StructField(_KEY, T.StringType()),
+        T.StructField(_FILE_ID, T.IntegerType()),
+        T.StructField(_LOG_PATH, T.StringType()),
+    ]
+    values = pc.struct_field(files, "partitionValues")
+    by_name = {js["name"]: (js, sf) for js, sf in table.fields}
+    for i, (name, key) in enumerate(table.partition_fields.items()):
+        js, sf = by_name[name]
+        raw = pc.map_lookup(values, pa.scalar(key, pa.string()), "first")
+        columns[_partition_column(i)] = partition_values_to_arrow(raw, js["type"])
+        fields.append(T.StructField(_partition_column(i), sf.dataType))
+    return spark.createDataFrame(pa.table(columns), T.StructType(fields))
+
+
+def _deleted_rows(
+    snapshot: Snapshot, table: _TableLayout, files: pa.StructArray
+) -> pa.Table | None:
+    """(file id, row index) of every row the files' deletion vectors delete; None if none."""
+    descriptors = pc.struct_field(files, "deletionVector")
+    if descriptors.null_count == len(descriptors):
+        return None
+    fs = snapshot.delta_log.store.fs
+    contents: dict[str, bytes] = {}
+    ids, rows = [], []
+    for file_id, dv in enumerate(descriptors.to_pylist()):
+        if dv is None:
+            continue
+        storage, where, size = dv["storageType"], dv["pathOrInlineDv"], dv["sizeInBytes"]
+        if storage == "i":
+            data = dvs.inline_dv_bytes(where, size)
+        elif storage in ("u", "p"):
+            location = (
+                table.root.child(dvs.relative_dv_path(where))
+                if storage == "u"
+                else table.resolve(where)
+            )
+            path = location.fs_path
+            if path not in contents:
+                contents[path] = fs.cat_file(path)
+            data = dvs.dv_bytes_from_file(contents[path], dv["offset"] or 1, size, path)
+        else:
+            raise DeltaProtocolError(
+                f"Table {snapshot.table_uri}: unknown deletion vector storage type {storage!r}"
+            )
+        deleted = dvs.deleted_row_indexes(data)
+        if len(deleted) != dv["cardinality"]:
+            raise CorruptLogError(
+                f"Table {snapshot.table_uri}: deletion vector {storage}{where} deletes "
+                f"{len(deleted)} rows, the log says {dv['cardinality']}"
+            )
+        ids.append(np.full(len(deleted), file_id, dtype=np.int32))
+        rows.append(deleted.astype(np.int64))
+    return pa.table({_FILE_ID: np.concatenate(ids), _ROW_INDEX: np.concatenate(rows)})
