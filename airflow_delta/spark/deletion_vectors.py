@@ -43,6 +43,8 @@ _BITMAP_WORDS = 1024
 
 def z85_decode(text: str) -> bytes:
     """The bytes of a Z85 text (its length a multiple of 5)."""
+    if not text.isascii():
+        raise CorruptLogError(f"not a Z85 text: {text!r}")
     raw = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     if len(raw) % 5:
         raise CorruptLogError(f"Z85 text of length {len(raw)} is not a multiple of 5: {text!r}")

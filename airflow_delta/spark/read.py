@@ -7,9 +7,12 @@ table's logical schema:
    is opened: unknown reader features, column mapping modes, type changes the parquet reader
    cannot widen, file names Spark would silently skip, storage Spark is not configured for.
 2. The data columns are read by one `spark.read.schema(...).parquet(*files)` over the files'
-   absolute locations, with an explicit schema (no footer is inferred, no directory is listed,
-   no partition is discovered from directory names). Column-mapped tables are read by physical
-   names, nested ones included, and renamed to the logical names afterwards (a struct cast).
+   absolute locations, with an explicit schema: no footer is inferred, only the named files are
+   looked up (see `_read_parquet`), no partition is discovered from directory names. Missing
+   columns read as nulls; widened types (typeWidening) are widened by the parquet reader.
+   Column-mapped tables are read by physical names, nested fields included, and renamed to the
+   logical names afterwards (a struct cast). In `id` mode the files are matched by physical
+   name too (Delta writers store both; Spark's field-id matching is a session-wide setting).
 3. Partition values, the file's log path and deleted rows come from the log, not from the files.
    They are per-file facts: a small DataFrame built on the driver (one row per file: Spark's
    `_metadata.file_path` of the file, a file id, the typed partition values, the log path) is
@@ -18,7 +21,8 @@ table's logical schema:
    would grow the plan with the partition count. A row whose file does not match fails the query
    (never a silent drop). The join is skipped when there is nothing per-file to add.
 4. Deletion vectors are decoded on the driver (`deletion_vectors`) into (file id, row index)
-   pairs and removed with an anti-join on `_metadata.row_index`.
+   pairs and removed with an anti-join on `_metadata.row_index` (broadcast while the pairs fit
+   Spark's broadcast threshold, a shuffle join beyond).
 
 `read_delta` loads a snapshot (latest, or by version or timestamp), prunes files with a
 partition predicate through the engine and scans the rest.
@@ -34,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -83,6 +87,7 @@ _KEY = _INTERNAL + "file_key"
 _FILE_ID = _INTERNAL + "file_id"
 _ROW_INDEX = _INTERNAL + "row_index"
 _LOG_PATH = _INTERNAL + "log_path"
+_LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 # Characters java.net.URI leaves unquoted in a path (unreserved, punctuation, ";/").
 _URI_SAFE = re.compile(r"[A-Za-z0-9\-_.!~*'();:@&=+$,/]*")
@@ -153,7 +158,7 @@ def scan_files(
     needs_row_index = deleted is not None or row_index_column is not None
     per_file = bool(table.partition_fields) or file_column is not None or needs_row_index
 
-    data = spark.read.schema(table.read_schema).parquet(*(loc.spark_path for loc in locations))
+    data = _read_parquet(spark, table.read_schema, [loc.spark_path for loc in locations])
     columns = [data[_quoted(f.name)] for f in table.read_schema.fields]
     if per_file:
         metadata = data.metadataColumn("_metadata")
@@ -181,6 +186,27 @@ def scan_files(
     if row_index_column is not None:
         output.append(F.col(_ROW_INDEX).alias(row_index_column))
     return rows.select(*output)
+
+
+def _read_parquet(spark: SparkSession, schema: T.StructType, paths: list[str]) -> DataFrame:
+    """`spark.read.schema(schema).parquet(*paths)`, listing the files with one task per core.
+
+    Spark stats explicitly named files in a listing job of up to
+    `spark.sql.sources.parallelPartitionDiscovery.parallelism` (10000) tasks: a 1000-file table
+    costs seconds of task overhead on a small cluster. A classic session lists eagerly while the
+    DataFrame is created, so the setting is lowered to the cluster's default parallelism for
+    that call only and restored. Spark Connect resolves plans on the server, later: unchanged.
+    """
+    reader = spark.read.schema(schema)
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return reader.parquet(*paths)
+    previous = spark.conf.get(_LISTING_PARALLELISM)
+    cores = spark.sparkContext.defaultParallelism
+    spark.conf.set(_LISTING_PARALLELISM, str(max(1, min(int(previous), cores))))
+    try:
+        return reader.parquet(*paths)
+    finally:
+        spark.conf.set(_LISTING_PARALLELISM, previous)
 
 
 # --------------------------------------------------------------------------- table layout
@@ -248,7 +274,9 @@ class _TableLayout:
             field = by_lower.get(column.lower())
             if field is None:
                 raise CorruptLogError(f"Table {table}: partition column {column!r} not in schema")
-            key = _physical_name(field, table) if mode != "none" else column
+            key = column
+            if mode != "none":
+                key = _physical_name(field["name"], field.get("metadata") or {}, table)
             partition_fields[field["name"]] = key
         for field in fields:
             _check_type_changes(field, table)
@@ -284,18 +312,26 @@ class _TableLayout:
         """The data columns as the parquet files hold them: physical names, no metadata."""
         return T.StructType(
             [
-                T.StructField(self._name_in_file(js), _physical(sf.dataType, self), True)
+                T.StructField(self._name_in_file(js), self._physical(sf.dataType), True)
                 for js, sf in self._data_fields
             ]
         )
 
     def _name_in_file(self, field: dict[str, Any]) -> str:
-        return _physical_name(field, self.table) if self.column_mapping else field["name"]
+        if not self.column_mapping:
+            return field["name"]
+        return _physical_name(field["name"], field.get("metadata") or {}, self.table)
+
+    def _physical(self, data_type: T.DataType) -> T.DataType:
+        """`data_type` as the files hold it: physical nested names, no metadata, nullable."""
+        if not self.column_mapping:
+            return _plain(data_type)
+        return _plain(data_type, lambda f: _physical_name(f.name, f.metadata, self.table))
 
     def output_fields(self) -> list[T.StructField]:
         """The logical columns, in schema order (void columns dropped), all nullable."""
         return [
-            T.StructField(sf.name, _logical(sf.dataType), True)
+            T.StructField(sf.name, _plain(sf.dataType), True)
             for sf in self.spark_schema.fields
             if not isinstance(sf.dataType, T.NullType)
         ]
@@ -311,7 +347,7 @@ class _TableLayout:
             else:
                 js, sf = data[out.name]
                 column = F.col(_quoted(self._name_in_file(js)))
-                if _physical(sf.dataType, self) != out.dataType:
+                if self._physical(sf.dataType) != out.dataType:
                     column = column.cast(out.dataType)
             columns.append(column.alias(out.name))
         return columns
@@ -334,50 +370,30 @@ def _table_root(snapshot: Snapshot) -> _Location:
     return _Location(urlsplit(snapshot.table_uri).scheme.lower(), authority, "/" + path)
 
 
-def _physical_name(field: dict[str, Any], table: str) -> str:
-    name = (field.get("metadata") or {}).get(_PHYSICAL_NAME)
-    if not isinstance(name, str) or not name:
+def _physical_name(name: str, metadata: Mapping[str, Any], table: str) -> str:
+    physical = metadata.get(_PHYSICAL_NAME)
+    if not isinstance(physical, str) or not physical:
         raise CorruptLogError(
-            f"Table {table} uses column mapping but column {field.get('name')!r} has no "
-            f"{_PHYSICAL_NAME}"
+            f"Table {table} uses column mapping but column {name!r} has no {_PHYSICAL_NAME}"
         )
-    return name
+    return physical
 
 
-def _physical(data_type: T.DataType, table: _TableLayout) -> T.DataType:
-    """`data_type` with physical field names (column mapping), no metadata, all nullable."""
+def _plain(data_type: T.DataType, rename: Callable[[T.StructField], str] | None = None) -> Any:
+    """`data_type` without metadata and all nullable (as Spark's file sources return data),
+    struct fields at any depth renamed by `rename` when given."""
     if isinstance(data_type, T.StructType):
         return T.StructType(
             [
-                T.StructField(
-                    _physical_name({"name": f.name, "metadata": f.metadata}, table.table)
-                    if table.column_mapping
-                    else f.name,
-                    _physical(f.dataType, table),
-                    True,
-                )
+                T.StructField(rename(f) if rename else f.name, _plain(f.dataType, rename), True)
                 for f in data_type.fields
             ]
         )
     if isinstance(data_type, T.ArrayType):
-        return T.ArrayType(_physical(data_type.elementType, table), True)
+        return T.ArrayType(_plain(data_type.elementType, rename), True)
     if isinstance(data_type, T.MapType):
-        return T.MapType(
-            _physical(data_type.keyType, table), _physical(data_type.valueType, table), True
-        )
-    return data_type
-
-
-def _logical(data_type: T.DataType) -> T.DataType:
-    """`data_type` without metadata, all nullable (as Spark's file sources return it)."""
-    if isinstance(data_type, T.StructType):
-        return T.StructType(
-            [T.StructField(f.name, _logical(f.dataType), True) for f in data_type.fields]
-        )
-    if isinstance(data_type, T.ArrayType):
-        return T.ArrayType(_logical(data_type.elementType), True)
-    if isinstance(data_type, T.MapType):
-        return T.MapType(_logical(data_type.keyType), _logical(data_type.valueType), True)
+        key, value = _plain(data_type.keyType, rename), _plain(data_type.valueType, rename)
+        return T.MapType(key, value, True)
     return data_type
 
 
