@@ -52,28 +52,16 @@ from pyspark.sql import types as T
 
 from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
-from airflow_delta.engine.features import reader_features
+from airflow_delta.engine.features import LOG_READER_FEATURES, reader_features
 from airflow_delta.engine.log_store import LocalLogStore
 from airflow_delta.engine.predicates import parse_predicates
 from airflow_delta.engine.schema import partition_values_to_arrow, schema_from_json
 from airflow_delta.engine.snapshot import Snapshot
 from airflow_delta.spark import deletion_vectors as dvs
 
-#: Reader features this data plane honours (variant shredding needs Spark 4.1's reader).
-SPARK_READER_FEATURES = frozenset(
-    {
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "typeWidening",
-        "typeWidening-preview",
-        "variantType",
-        "variantType-preview",
-        "variantShredding-preview",
-    }
-)
+#: Reader features this data plane honours: every one the engine replays (variant shredding
+#: needs Spark 4.1's reader).
+SPARK_READER_FEATURES = LOG_READER_FEATURES
 _SHREDDING_FEATURES = frozenset({"variantShredding-preview"})
 _SHREDDING_MIN_SPARK = (4, 1)
 

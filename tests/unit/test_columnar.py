@@ -3,8 +3,6 @@ checkpoint never import pandas (a 150-250 ms import in a fresh process)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +10,7 @@ import pytest
 
 from airflow_delta.engine.actions import ADD_TYPE, METADATA_TYPE, PROTOCOL_TYPE
 from airflow_delta.engine.columnar import array_from_pylist, scalar
+from tests.pandas_free import imports_pandas
 from tests.unit.delta_log_builder import make_table, write_commit
 
 ROWS = {
@@ -103,11 +102,4 @@ def test_load_and_checkpoint_do_not_import_pandas(tmp_path: Path) -> None:
         "log.checkpoint(); log.update().files()\n"
         "print('pandas' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parents[2],
-    )
-    assert out.stdout.strip() == "False"
+    assert not imports_pandas(script)
