@@ -47,10 +47,15 @@ def run_child(module: str, task: str, path: str | Path, timeout: float = 120) ->
 
 @dataclass
 class Metric:
-    """Samples (seconds) of one measurement for both systems."""
+    """Samples (seconds) of one measurement for both systems (`systems`: ours, the baseline)."""
 
     name: str
-    samples: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SYSTEMS})
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    systems: tuple[str, str] = SYSTEMS
+
+    def __post_init__(self) -> None:
+        for s in self.systems:
+            self.samples.setdefault(s, [])
 
     def median(self, system: str) -> float | None:
         xs = self.samples.get(system) or []
@@ -58,7 +63,7 @@ class Metric:
 
     @property
     def ratio(self) -> float | None:
-        ours, theirs = self.median("ours"), self.median("deltalake")
+        ours, theirs = self.median(self.systems[0]), self.median(self.systems[1])
         if ours is None or not theirs:
             return None
         return ours / theirs
@@ -82,9 +87,18 @@ class BenchResult:
     info: dict[str, Any] = field(default_factory=dict)
     #: Requirements besides the ratio that this run broke (e.g. "lost commits"): a MISS.
     failed_requirements: list[str] = field(default_factory=list)
+    #: What ours is compared with (the second system): deltalake unless the benchmark says
+    #: otherwise (B5 compares with Spark's own parquet writer).
+    baseline: str = SYSTEMS[1]
+
+    @property
+    def systems(self) -> tuple[str, str]:
+        return (SYSTEMS[0], self.baseline)
 
     def metric(self, name: str) -> Metric:
-        return self.metrics.setdefault(name, Metric(name))
+        if name not in self.metrics:
+            self.metrics[name] = Metric(name, systems=self.systems)
+        return self.metrics[name]
 
     @property
     def ratio(self) -> float | None:
@@ -101,6 +115,7 @@ class BenchResult:
             "title": self.title,
             "target": self.target,
             "headline": self.headline,
+            "baseline": self.baseline,
             "ratio": self.ratio,
             "pass": self.passed,
             "failed_requirements": self.failed_requirements,

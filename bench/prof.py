@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bid = args.id.upper()
     module = importlib.import_module(f"bench.{BENCHMARKS[bid]}")
+    if not getattr(module, "PROFILE", True):
+        parser.error(
+            f"{bid} runs on Spark: a cProfile of the driver only shows py4j waits. Its phase "
+            f"metrics (`python -m bench.run {bid}`) split ours' time instead."
+        )
     spec = module.table_spec() if hasattr(module, "table_spec") else LOG_100K
     writes = bid in WRITES or hasattr(module, "table_spec")
     path = fresh_copy(spec, f"prof-{bid}") if writes else get_table(spec)

@@ -6,6 +6,8 @@
 
 Prints medians, the ratio ours/deltalake, the target and PASS/MISS per benchmark, and writes
 `bench/results.json`. Benchmark tables are generated once and cached under `bench/.data/`.
+The Spark benchmarks (B5 vs Spark's own parquet writer, B6 MERGE vs deltalake) start a JVM per
+run and cap `--reps` at 3 (about 4 minutes together on 2 cores).
 
 To add a benchmark: create `bench/bN_name.py` (see `bench/common.py` for what it exposes) and
 list it in `BENCHMARKS` below.
@@ -34,6 +36,8 @@ BENCHMARKS: dict[str, str] = {
     "B2": "b2_commit",
     "B3": "b3_concurrent",
     "B4": "b4_checkpoint",
+    "B5": "b5_spark_write",
+    "B6": "b6_merge",
 }
 
 RESULTS = Path(__file__).resolve().parent / "results.json"
@@ -41,12 +45,13 @@ RESULTS = Path(__file__).resolve().parent / "results.json"
 
 def print_result(r: BenchResult, elapsed: float) -> None:
     status = "PASS" if r.passed else "MISS"
-    print(f"\n{r.id}  {r.title}   [{elapsed:.0f} s]")
-    print(f"    {'metric':<30} {'ours':>11} {'deltalake':>11} {'ratio':>7}")
+    reps = f", {r.info['reps']} reps" if "reps" in r.info else ""
+    print(f"\n{r.id}  {r.title}   [{elapsed:.0f} s{reps}]")
+    print(f"    {'metric':<30} {'ours':>11} {r.baseline[:11]:>11} {'ratio':>7}")
     for name, m in r.metrics.items():
         mark = f"   target <= {r.target:g}: {status}" if name == r.headline else ""
         print(
-            f"    {name:<30} {fmt_s(m.median('ours'))} {fmt_s(m.median('deltalake'))} "
+            f"    {name:<30} {fmt_s(m.median('ours'))} {fmt_s(m.median(r.baseline))} "
             f"{fmt_ratio(m.ratio):>7}{mark}"
         )
     for note in r.notes:
@@ -56,14 +61,15 @@ def print_result(r: BenchResult, elapsed: float) -> None:
 
 
 def print_summary(results: list[BenchResult]) -> None:
-    print("\nSummary (medians; ratio = ours / deltalake, lower is better)")
-    print(f"  {'id':<4} {'metric':<18} {'ours':>11} {'deltalake':>11} {'ratio':>6} {'target':>7}  ")
+    print("\nSummary (medians; ratio = ours / baseline (deltalake unless named), lower is better)")
+    print(f"  {'id':<4} {'metric':<18} {'ours':>11} {'baseline':>11} {'ratio':>6} {'target':>7}  ")
     for r in results:
         m = r.metrics[r.headline]
+        versus = "" if r.baseline == SYSTEMS[1] else f"  (vs {r.baseline})"
         print(
             f"  {r.id:<4} {r.headline:<18} {fmt_s(m.median('ours'))} "
-            f"{fmt_s(m.median('deltalake'))} {fmt_ratio(m.ratio):>6} "
-            f"{'<= ' + format(r.target, 'g'):>7}  {'PASS' if r.passed else 'MISS'}"
+            f"{fmt_s(m.median(r.baseline))} {fmt_ratio(m.ratio):>6} "
+            f"{'<= ' + format(r.target, 'g'):>7}  {'PASS' if r.passed else 'MISS'}{versus}"
         )
 
 

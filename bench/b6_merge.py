@@ -1,0 +1,378 @@
+"""B6: MERGE upsert of 200k source rows into a 2M-row table (half the source matches).
+
+The target (built once by `write_delta`, cached under `bench/.data/`, copied fresh for every
+run of either system: both merge byte-identical tables) is unpartitioned, 2M rows in 4 files::
+
+    spark.range(0, 2_000_000, 1, 4).selectExpr(
+        "id", "concat('name-', cast(id as string)) as name", "cast(id as double) * 0.5 as value")
+
+The source (built once with pyarrow, one parquet file) has 200k rows: 100k matching ids spread
+over the whole target (`id = 20 * k + 7`, so every target file holds matches) and 100k new ids
+(`2_000_000 + k`), with `name = 'upd-<id>'`, `value = id * 2.0 + 1`. Timed, from reading the
+source file to the committed merge:
+
+* ours:      `merge_delta(p, spark.read.parquet(src), "t.id = s.id")
+             .when_matched_update_all().when_not_matched_insert_all().execute()`
+* deltalake: `DeltaTable(p).merge(source=pq.read_table(src), predicate="t.id = s.id",
+             source_alias="s", target_alias="t").when_matched_update_all()
+             .when_not_matched_insert_all().execute()` (defaults: streamed_exec=True)
+
+Each repetition of each system runs in a fresh process. Not timed: imports, Spark start + one
+tiny job (ours), and a warm-up merge of the same kind on a tiny scratch table (both systems:
+loads classes, starts ours' Python workers). Timed (headline): the first full merge after that.
+The JVM's JIT is still cold for it (a tiny warm-up does not trigger it), so each child then
+merges a second fresh copy of the target: "merge, 2nd in the process" is the warm-JVM steady
+state. Ours' time is split into phases by wrapping the merge's private steps in the child
+(`_find_touched_files`, `write_files`, `_commit`; the rest is snapshot load, planning, the
+source row count and the metrics).
+
+Checks: each child reads its merged tables back with its own reader (2.1M rows) and its merge
+metrics (100k updated, 100k inserted); after the last repetition deltalake reads both merged
+tables and they must be equal row for row.
+
+Repetitions are capped at `MAX_REPS` (3): ours needs a JVM per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from time import perf_counter
+
+ID = "B6"
+TITLE = "MERGE upsert: 200k source rows (half match) into 2M rows, unpartitioned"
+TARGET = 1.0
+HEADLINE = "merge"
+
+TARGET_ROWS = 2_000_000
+TARGET_FILES = 4
+MATCHED = 100_000
+INSERTED = 100_000
+MATCH_STRIDE = 20
+MATCH_OFFSET = 7
+CONDITION = "t.id = s.id"
+#: (metric key prefix, table directory) of the two merges each child times, on two copies.
+RUNS = (("", "table"), ("2nd:", "table2"))
+MAX_REPS = 3
+#: `bench/prof.py` does not apply (the time is spent in the JVM): see the phase metrics.
+PROFILE = False
+#: Bump when the generated target or source changes (cached copies are rebuilt).
+GENERATOR_VERSION = 1
+
+
+def _data_dir() -> Path:
+    from bench.tables import DATA_DIR
+
+    key = f"t{TARGET_ROWS}-f{TARGET_FILES}-m{MATCHED}-i{INSERTED}-g{GENERATOR_VERSION}"
+    return DATA_DIR / f"b6-{key}"
+
+
+def source_path() -> Path:
+    return _data_dir() / "source.parquet"
+
+
+def target_frame(spark, rows: int, files: int):
+    return spark.range(0, rows, 1, files).selectExpr(
+        "id", "concat('name-', cast(id as string)) as name", "cast(id as double) * 0.5 as value"
+    )
+
+
+def source_table(matched: int, inserted: int, target_rows: int):
+    """The source rows as a pyarrow table (ids: spread matches, then new ids)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = np.concatenate(
+        [
+            np.arange(matched, dtype=np.int64) * MATCH_STRIDE + MATCH_OFFSET,
+            target_rows + np.arange(inserted, dtype=np.int64),
+        ]
+    )
+    assert ids[matched - 1] < target_rows
+    id_array = pa.array(ids)
+    names = pc.binary_join_element_wise("upd-", pc.cast(id_array, pa.string()), "")
+    return pa.table({"id": id_array, "name": names, "value": pa.array(ids * 2.0 + 1.0)})
+
+
+# -- children ----------------------------------------------------------------------------------
+
+
+def _build(path: str) -> dict:
+    """Write the target table at `path` with write_delta (the cached original)."""
+    from bench.spark_util import start_spark
+
+    spark, _ = start_spark()
+    from airflow_delta.spark import write_delta
+
+    result = write_delta(target_frame(spark, TARGET_ROWS, TARGET_FILES), path, mode="error")
+    spark.stop()
+    return {"version": result.version, "metrics": result.metrics}
+
+
+def _ours(path: str) -> dict:
+    from bench.spark_util import PhaseTimer, peak_rss_mb, start_spark
+
+    spark, started = start_spark()
+    import airflow_delta.spark.merge as merge_module
+    from airflow_delta.spark import merge_delta, read_delta, write_delta
+
+    run = Path(path)
+    warm = str(run / "warmup")
+    write_delta(target_frame(spark, 1000, 2), warm)
+    warm_source = spark.range(900, 1100).selectExpr(
+        "id", "concat('upd-', cast(id as string)) as name", "cast(id as double) as value"
+    )
+    (
+        merge_delta(warm, warm_source, CONDITION)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+    phases = PhaseTimer()
+    builder = merge_module.DeltaMergeBuilder
+    phases.wrap(builder, "_find_touched_files", "find touched files")
+    phases.wrap(merge_module, "write_files", "write files")
+    phases.wrap(builder, "_commit", "commit")
+    sample: dict = {"start": started, "checks": []}
+    for key, name in RUNS:
+        phases.reset()
+        table = str(run / name)
+        t0 = perf_counter()
+        source = spark.read.parquet(str(source_path()))
+        metrics = (
+            merge_delta(table, source, CONDITION)
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        t1 = perf_counter()
+        sample[key + "merge"] = t1 - t0
+        if len(phases.seconds) == 3:
+            sample[key + "phase_rest"] = t1 - t0 - sum(phases.seconds.values())
+            for phase, seconds in phases.seconds.items():
+                sample[f"{key}phase:{phase}"] = seconds
+        sample["checks"].append(
+            {
+                "updated": metrics["numTargetRowsUpdated"],
+                "inserted": metrics["numTargetRowsInserted"],
+                "files_removed": metrics["numTargetFilesRemoved"],
+                "files_added": metrics["numTargetFilesAdded"],
+                "version": metrics["version"],
+            }
+        )
+    phases.restore()
+    for check, (_, name) in zip(sample["checks"], RUNS, strict=True):
+        check["rows"] = read_delta(spark, str(run / name)).count()
+    spark.stop()
+    sample["maxrss_mb"] = peak_rss_mb()
+    return sample
+
+
+def _deltalake(path: str) -> dict:
+    t0 = perf_counter()
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+
+    from bench.spark_util import peak_rss_mb
+
+    imported = perf_counter() - t0
+    run = Path(path)
+    warm = str(run / "warmup")
+    ids = pa.array(range(1000), pa.int64())
+    write_deltalake(warm, pa.table({"id": ids, "name": pc.cast(ids, pa.string()), "value": ids}))
+    warm_ids = pa.array(range(900, 1100), pa.int64())
+    warm_source = pa.table(
+        {"id": warm_ids, "name": pc.cast(warm_ids, pa.string()), "value": warm_ids}
+    )
+    DeltaTable(warm).merge(
+        source=warm_source, predicate=CONDITION, source_alias="s", target_alias="t"
+    ).when_matched_update_all().when_not_matched_insert_all().execute()
+
+    sample: dict = {"start": imported, "checks": [], "deltalake_metrics": []}
+    for key, name in RUNS:
+        table = str(run / name)
+        t0 = perf_counter()
+        source = pq.read_table(str(source_path()))
+        metrics = (
+            DeltaTable(table)
+            .merge(source=source, predicate=CONDITION, source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        sample[key + "merge"] = perf_counter() - t0
+        dt = DeltaTable(table)
+        sample["checks"].append(
+            {
+                "rows": dt.to_pyarrow_dataset().count_rows(),
+                "updated": metrics["num_target_rows_updated"],
+                "inserted": metrics["num_target_rows_inserted"],
+                "files_removed": metrics["num_target_files_removed"],
+                "files_added": metrics["num_target_files_added"],
+                "version": dt.version(),
+            }
+        )
+        sample["deltalake_metrics"].append(
+            {
+                k: metrics[k]
+                for k in ("execution_time_ms", "scan_time_ms", "rewrite_time_ms")
+                if k in metrics
+            }
+        )
+    sample["maxrss_mb"] = peak_rss_mb()
+    return sample
+
+
+CHILD_TASKS = {"ours": _ours, "deltalake": _deltalake, "build": _build}
+
+_METRICS = {
+    "merge": HEADLINE,
+    "2nd:merge": "merge, 2nd in the process",
+    "phase:find touched files": "find touched files (join)",
+    "phase:write files": "write files (rewrite+insert)",
+    "phase:commit": "commit",
+    "phase_rest": "rest (load, plan, counts)",
+    "2nd:phase:find touched files": "2nd: find touched files",
+    "2nd:phase:write files": "2nd: write files",
+    "2nd:phase:commit": "2nd: commit",
+    "2nd:phase_rest": "2nd: rest",
+    "start": "start: spark+tiny job / import",
+}
+
+
+# -- parent ------------------------------------------------------------------------------------
+
+
+def prepare() -> Path:
+    """The cached target table and source file (built and verified once); the target's path."""
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from bench.common import run_child
+    from bench.spark_util import CHILD_TIMEOUT
+
+    root = _data_dir()
+    marker = root / "verified.json"
+    if marker.exists():
+        return root / "table"
+    if root.exists():
+        shutil.rmtree(root)
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    pq.write_table(source_table(MATCHED, INSERTED, TARGET_ROWS), tmp / "source.parquet")
+    built = run_child("b6_merge", "build", tmp / "table", timeout=CHILD_TIMEOUT)
+    dt = DeltaTable(str(tmp / "table"))
+    rows = dt.to_pyarrow_dataset().count_rows()
+    if rows != TARGET_ROWS or len(dt.file_uris()) != TARGET_FILES or built["version"] != 0:
+        raise RuntimeError(f"B6: built target has {rows} rows, {len(dt.file_uris())} files")
+    tmp.rename(root)
+    marker.write_text(json.dumps({"rows": rows, "files": TARGET_FILES, "build": built}, indent=2))
+    return root / "table"
+
+
+def _fresh_run_dir(original: Path, name: str) -> Path:
+    from bench.tables import WORK_DIR, _sync_tree
+
+    run = WORK_DIR / name
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    for _, table in RUNS:
+        shutil.copytree(original, run / table)
+        _sync_tree(run / table)
+    return run
+
+
+def _check(system: str, sample: dict) -> None:
+    want = {"rows": TARGET_ROWS + INSERTED, "updated": MATCHED, "inserted": INSERTED, "version": 1}
+    for check in sample["checks"]:
+        got = {k: check[k] for k in want}
+        if got != want:
+            raise RuntimeError(f"B6 {system}: after the merge {got}, expected {want}")
+
+
+def _cross_check(runs: dict[str, Path]) -> str:
+    """deltalake reads both merged tables: equal row for row."""
+    from deltalake import DeltaTable
+
+    tables = {
+        system: DeltaTable(str(run / "table")).to_pyarrow_table().sort_by("id")
+        for system, run in runs.items()
+    }
+    ours, theirs = tables["ours"], tables["deltalake"]
+    if ours.num_rows != TARGET_ROWS + INSERTED or not ours.equals(theirs.select(ours.column_names)):
+        raise RuntimeError("B6: the two merged tables differ")
+    return f"cross-read OK: deltalake reads both merged tables, equal ({ours.num_rows} rows)"
+
+
+def run(reps: int = 3):
+    import statistics
+
+    from bench.common import SYSTEMS, BenchResult, record, run_child
+    from bench.spark_util import CHILD_TIMEOUT, MASTER, SPARK_CONF
+    from bench.tables import drop_copy
+
+    reps = max(1, min(reps, MAX_REPS))
+    original = prepare()
+    result = BenchResult(ID, TITLE, TARGET, HEADLINE, {})
+    result.info.update(
+        target_rows=TARGET_ROWS,
+        target_files=TARGET_FILES,
+        source_rows=MATCHED + INSERTED,
+        matched=MATCHED,
+        reps=reps,
+        master=MASTER,
+        spark_conf=SPARK_CONF,
+    )
+    rss: dict[str, list[float]] = {}
+    files: dict[str, list[tuple[int, int]]] = {}
+    deltalake_metrics: list[dict] = []
+    last: dict[str, Path] = {}
+    for rep in range(reps):
+        order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
+        for system in order:
+            path = _fresh_run_dir(original, f"b6-{system}")
+            sample = run_child("b6_merge", system, path, timeout=CHILD_TIMEOUT)
+            _check(system, sample)
+            record(result, system, sample, _METRICS)
+            rss.setdefault(system, []).append(sample["maxrss_mb"])
+            first = sample["checks"][0]
+            files.setdefault(system, []).append((first["files_removed"], first["files_added"]))
+            deltalake_metrics += sample.get("deltalake_metrics", [])
+            if rep == reps - 1:
+                last[system] = path
+            else:
+                drop_copy(path)
+            os.sync()
+    result.info["files_removed_added"] = files
+    result.info["deltalake_metrics"] = deltalake_metrics
+    result.info["driver_peak_rss_mb_median"] = {
+        k: round(statistics.median(v), 1) for k, v in rss.items()
+    }
+    result.notes.append(
+        f"{reps} reps per system (capped at {MAX_REPS}: a JVM per run of ours), fresh process "
+        f"and fresh table copy each, alternating order; ours on Spark {MASTER} {SPARK_CONF}; "
+        "not timed: imports, Spark start + tiny job, a tiny warm-up merge (both systems)"
+    )
+    result.notes.append(
+        f"files removed/added per run: ours {files.get('ours')}, deltalake {files.get('deltalake')}"
+    )
+    try:
+        if len(last) == 2:
+            result.notes.append(_cross_check(last))
+    finally:
+        for path in last.values():
+            drop_copy(path)
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit("run it with: .venv/bin/python -m bench.run B6")
