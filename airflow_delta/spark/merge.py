@@ -47,7 +47,7 @@ from airflow_delta.engine import CommitProperties, DeltaLog, Operation, Optimist
 from airflow_delta.engine.actions import Action, add_files_from_arrow
 from airflow_delta.engine.errors import DeltaError, TableNotFoundError
 from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPredicate
-from airflow_delta.spark.read import scan_files
+from airflow_delta.spark.read import _TableLayout, scan_files
 from airflow_delta.spark.write import write_files
 
 MATCHED = "matched"
@@ -64,6 +64,7 @@ _FILE = "__delta_merge_file"
 _ROW = "__delta_merge_row_id"
 _SOURCE = "__delta_merge_source_row"
 _ACTION = "__delta_merge_clause"
+_TARGET = "__delta_merge_target_row"
 
 _TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|<=>|[<>!=]=|<>|\w+|\s+|.", re.S)
 _LITERAL = re.compile(
@@ -246,17 +247,27 @@ class DeltaMergeBuilder:
 
         paths: list[str] = []
         per_clause = [0] * len(modifying)
-        duplicates = False
+        duplicates = untouched_matches = False
         if modifying:
-            rows = scan_files(spark, snapshot, files, **keys)
-            paths, per_clause, duplicates = self._find_touched_files(source, rows, modifying)
+            paths, per_clause, duplicates, untouched_matches = self._find_touched_files(
+                source, self._identified_rows(spark, snapshot, files), modifying
+            )
         touched = files.filter(pc.is_in(files.field("path"), pa.array(paths, pa.string())))
         outputs = []
-        if len(touched):
-            rows = scan_files(spark, snapshot, touched, **(keys if duplicates else {}))
-            outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
-        if inserting:
-            outputs.append(self._insert(source, target, fields, inserting))
+        if modifying and inserting and not duplicates and not untouched_matches:
+            # every source row matching a candidate row matched one of the touched files: one
+            # full outer join gives the updates, copies and inserts
+            if len(touched):
+                rows = scan_files(spark, snapshot, touched).withColumn(_TARGET, F.lit(True))
+                outputs.append(self._rewrite_all(source, rows, fields, modifying + inserting))
+            else:
+                outputs.append(self._insert(source, None, fields, inserting))
+        else:
+            if len(touched):
+                rows = scan_files(spark, snapshot, touched, **(keys if duplicates else {}))
+                outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
+            if inserting:
+                outputs.append(self._insert(source, target, fields, inserting))
         adds = []
         if outputs:
             output = outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
@@ -386,22 +397,65 @@ class DeltaMergeBuilder:
             target.alias(self.target_alias), F.expr(self.condition), how
         )
 
+    def _identified_rows(
+        self, spark: Any, snapshot: Any, files: pa.StructArray
+    ) -> tuple[DataFrame, Callable[[Any], str]]:
+        """The candidate rows with a file key (`_FILE`) and a row id (`_ROW`) unique in the
+        query, and the function mapping a file key to the file's log path.
+
+        A plain scan (no partition values, no deletion vectors: no join inside) takes Spark's
+        own file name and a generated id, both computed while the file is read; otherwise the
+        scan attaches the log path and the row index itself.
+        """
+        plain = not snapshot.metadata.partition_columns and (
+            pc.struct_field(files, "deletionVector").null_count == len(files)
+        )
+        if not plain or not len(files):
+            rows = scan_files(spark, snapshot, files, file_column=_FILE, row_index_column=_ROW)
+            return rows, lambda key: key
+        layout = _TableLayout.of(spark, snapshot)
+        by_uri = {
+            _file_uri(layout.resolve(path).spark_uri): path
+            for path in pc.struct_field(files, "path").to_pylist()
+        }
+
+        def log_path(key: Any) -> str:
+            key = _file_uri(key)
+            if key not in by_uri:
+                raise DeltaError(
+                    f"MERGE into {self.target_uri}: rows of an unexpected data file {key!r}"
+                )
+            return by_uri[key]
+
+        rows = scan_files(spark, snapshot, files).select(
+            "*",
+            F.input_file_name().alias(_FILE),
+            F.monotonically_increasing_id().alias(_ROW),
+        )
+        return rows, log_path
+
     def _find_touched_files(
-        self, source: DataFrame, target: DataFrame, clauses: list[MergeClause]
-    ) -> tuple[list[str], list[int], bool]:
-        """The touched files, the target rows each clause modifies, and whether a touched file
-        holds a row matched by several source rows that no clause modifies (copied once).
+        self,
+        source: DataFrame,
+        identified: tuple[DataFrame, Callable[[Any], str]],
+        clauses: list[MergeClause],
+    ) -> tuple[list[str], list[int], bool, bool]:
+        """The touched files, the target rows each clause modifies, whether a touched file
+        holds a row matched by several source rows that no clause modifies (copied once), and
+        whether an untouched file holds a row some source row matched.
 
         Raises MultipleSourceRowMatchingTargetRowInMergeError when a modified target row
         matched several source rows (unless the only MATCHED clause is an unconditional
         DELETE, as in Delta).
         """
+        target, log_path = identified
         by_source = any(c.kind == NOT_MATCHED_BY_SOURCE for c in clauses)
         joined = self._join(source, target, "right" if by_source else "inner")
         matched = F.col(_SOURCE).isNotNull()
+        rows = joined.select(_FILE, _ROW, matched.alias(_SOURCE), _first_clause(clauses, matched))
+        # only target rows that matched can match several times: group those alone
         per_row = (
-            joined.select(_FILE, _ROW, matched.alias(_SOURCE), _first_clause(clauses, matched))
-            .where(F.col(_SOURCE) | F.col(_ACTION).isNotNull())
+            rows.where(F.col(_SOURCE))
             .groupBy(_FILE, _ROW)
             .agg(
                 F.count(F.lit(1)).alias("matches"),
@@ -409,12 +463,21 @@ class DeltaMergeBuilder:
                 F.max(_ACTION).alias(_ACTION),
             )
         )
+        if by_source:
+            unmatched = rows.where(~F.col(_SOURCE) & F.col(_ACTION).isNotNull()).select(
+                _FILE,
+                F.lit(0).cast("long").alias("matches"),
+                F.lit(1).cast("long").alias("modified"),
+                _ACTION,
+            )
+            per_row = per_row.select(_FILE, "matches", "modified", _ACTION).unionByName(unmatched)
         several = F.col("matches") > 1
         modified = F.col("modified") > 0
         per_file = (
             per_row.groupBy(_FILE)
             .agg(
                 F.count(F.when(modified, 1)).alias("modified"),
+                F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
                 F.count(F.when(several & modified, 1)).alias("conflicts"),
                 F.count(F.when(several & ~modified, 1)).alias("copies"),
                 *(
@@ -422,9 +485,10 @@ class DeltaMergeBuilder:
                     for i in range(len(clauses))
                 ),
             )
-            .where(F.col("modified") > 0)
             .collect()
         )
+        untouched_matches = any(r["modified"] == 0 and r["matched"] > 0 for r in per_file)
+        per_file = [r for r in per_file if r["modified"] > 0]
         matched_clauses = [c for c in clauses if c.kind == MATCHED]
         delete_only = matched_clauses == [MergeClause(MATCHED, "delete", None, {})]
         conflicts = sum(r["conflicts"] for r in per_file)
@@ -440,7 +504,12 @@ class DeltaMergeBuilder:
                 f"(table {self.target_uri}, {conflicts} target row(s) matched more than once)."
             )
         counts = [sum(r[f"c{i}"] for r in per_file) for i in range(len(clauses))]
-        return [r[_FILE] for r in per_file], counts, any(r["copies"] for r in per_file)
+        return (
+            [log_path(r[_FILE]) for r in per_file],
+            counts,
+            any(r["copies"] for r in per_file),
+            untouched_matches,
+        )
 
     def _rewrite(
         self,
@@ -463,15 +532,39 @@ class DeltaMergeBuilder:
             *(self._output(f, clauses, F.col(f"{alias}.{_quote(f.name)}")) for f in fields)
         )
 
-    def _insert(
+    def _rewrite_all(
         self,
         source: DataFrame,
         target: DataFrame,
         fields: list[StructField],
         clauses: list[MergeClause],
     ) -> DataFrame:
-        """The source rows that match no candidate row, after the NOT MATCHED clauses."""
-        rows = self._join(source, target, "left_anti")
+        """The rows of the touched files after the MATCHED and NOT MATCHED BY SOURCE clauses and
+        the inserted source rows, from one full outer join (`target` has the `_TARGET` flag)."""
+        rows = self._join(source, target, "full")
+        in_source, in_target = F.col(_SOURCE).isNotNull(), F.col(_TARGET).isNotNull()
+        rows = rows.withColumn(_ACTION, _first_clause(clauses, in_source, in_target))
+        deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
+        kept = in_target & (F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting or [-1]))
+        rows = rows.where(kept | (~in_target & F.col(_ACTION).isNotNull()))
+        alias = _quote(self.target_alias)
+        return rows.select(
+            *(self._output(f, clauses, F.col(f"{alias}.{_quote(f.name)}")) for f in fields)
+        )
+
+    def _insert(
+        self,
+        source: DataFrame,
+        target: DataFrame | None,
+        fields: list[StructField],
+        clauses: list[MergeClause],
+    ) -> DataFrame:
+        """The source rows that match no candidate row (`target`; None: all of them match
+        none), after the NOT MATCHED clauses."""
+        if target is None:
+            rows = source.alias(self.source_alias)
+        else:
+            rows = self._join(source, target, "left_anti")
         rows = rows.withColumn(_ACTION, _first_clause(clauses, F.lit(False)))
         rows = rows.where(F.col(_ACTION).isNotNull())
         return rows.select(*(self._output(f, clauses, F.lit(None)) for f in fields))
@@ -618,16 +711,37 @@ def _sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _first_clause(clauses: list[MergeClause], matched: Column) -> Column:
-    """The index of the first clause that applies to a joined row (NULL when none does)."""
+def _first_clause(
+    clauses: list[MergeClause], matched: Column, in_target: Column | None = None
+) -> Column:
+    """The index of the first clause that applies to a joined row (NULL when none does).
+
+    `matched`: the row has a source side; `in_target` (full outer joins only): it has a target
+    side. Without `in_target`, a row without a source side is a target row and vice versa.
+    """
     first: Column | None = None
     for i, clause in enumerate(clauses):
-        applies = matched if clause.kind == MATCHED else ~matched
+        if in_target is None:
+            applies = matched if clause.kind == MATCHED else ~matched
+        elif clause.kind == MATCHED:
+            applies = matched & in_target
+        elif clause.kind == NOT_MATCHED:
+            applies = matched & ~in_target
+        else:
+            applies = ~matched & in_target
         if clause.condition is not None:
             applies = applies & F.expr(clause.condition)
         first = F.when(applies, F.lit(i)) if first is None else first.when(applies, F.lit(i))
     assert first is not None, "a MERGE has at least one clause"
     return first.alias(_ACTION)
+
+
+def _file_uri(uri: str) -> str:
+    """`uri` with a `file:` URI's empty authority dropped (`file:///x` and `file:/x` alike)."""
+    if uri.startswith("file://"):
+        rest = uri[len("file:") :].lstrip("/")
+        return f"file:/{rest}"
+    return uri
 
 
 def _num_records(files: pa.StructArray, count: Callable[[], int]) -> int:

@@ -403,3 +403,31 @@ def test_concurrent_append(
     assert merge.execute()["version"] == 3
     expected = [(1, "A1", "a"), *BASE[1:], (9, "a9", "a"), (50, "concurrent", part)]
     assert table_rows(spark, uri) == sorted(expected)
+
+
+@pytest.mark.parametrize("with_by_source", [False, True], ids=["upsert", "by-source"])
+def test_unpartitioned_table(spark: SparkSession, tmp_path: Path, with_by_source: bool) -> None:
+    """The plain-scan path (no partition columns): one outer join gives every clause's rows."""
+    import pyarrow as pa
+
+    uri = str(tmp_path / "flat")
+    schema = pa.schema([("id", pa.int64()), ("value", pa.string()), ("part", pa.string())])
+    DeltaLog.create_table(uri, schema)
+    for chunk in (BASE[:2], BASE[2:4], BASE[4:]):  # three files
+        write_delta(spark.createDataFrame(chunk, DDL).coalesce(1), uri)
+    builder = (
+        merge_delta(uri, source(spark, [(2, "A2", "a"), (9, "z9", "z")]), "t.id = s.id")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+    )
+    if with_by_source:
+        builder = builder.when_not_matched_by_source_delete("t.id = 5")
+    metrics = builder.execute()
+    expected = [(1, "a1", "a"), (2, "A2", "a"), (3, "b3", "b"), (4, "b4", "b"), (9, "z9", "z")]
+    if not with_by_source:
+        expected.insert(4, (5, "c5", "c"))
+    assert table_rows(spark, uri) == expected
+    assert metrics["numTargetRowsUpdated"] == 1
+    assert metrics["numTargetRowsInserted"] == 1
+    assert metrics["numTargetRowsDeleted"] == (1 if with_by_source else 0)
+    assert metrics["numTargetFilesRemoved"] == (2 if with_by_source else 1)
