@@ -24,7 +24,7 @@ from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from airflow_delta.engine.features import check_reader_support
 from airflow_delta.engine.log_store import FileStatus
-from airflow_delta.engine.replay import InMemoryLogReplay, parse_log_batch
+from airflow_delta.engine.replay import InMemoryLogReplay, LogBatch, parse_log_batch
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
@@ -155,7 +155,9 @@ class Snapshot:
         return cls(delta_log, segment, InMemoryLogReplay(min_file_retention_timestamp=0))
 
     @classmethod
-    def load(cls, delta_log: DeltaLog, segment: LogSegment, checkpoint_batch=None) -> Snapshot:
+    def load(
+        cls, delta_log: DeltaLog, segment: LogSegment, checkpoint_batch: LogBatch | None = None
+    ) -> Snapshot:
         """Replay `segment` (its checkpoint already read into `checkpoint_batch` if any)."""
         table = delta_log.table_uri
         replay = InMemoryLogReplay(min_file_retention_timestamp=0)
