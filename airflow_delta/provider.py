@@ -18,8 +18,7 @@ def get_provider_info() -> dict[str, Any]:
         >>> get_provider_info()["package-name"]
         'airflow-delta'
     """
-    # Hooks, operators, sensors, triggers and the `delta` connection type are listed here
-    # once their modules exist.
+    integration = "Delta Lake"
     return {
         "package-name": "airflow-delta",
         "name": "Delta Lake (airflow-delta)",
@@ -31,9 +30,35 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "integrations": [
             {
-                "integration-name": "Delta Lake",
+                "integration-name": integration,
                 "external-doc-url": "https://delta.io",
                 "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": integration, "python-modules": ["airflow_delta.hooks.delta"]}
+        ],
+        "operators": [
+            {
+                "integration-name": integration,
+                "python-modules": [
+                    "airflow_delta.operators.write",
+                    "airflow_delta.operators.merge",
+                    "airflow_delta.operators.checkpoint",
+                ],
+            }
+        ],
+        "sensors": [
+            {"integration-name": integration, "python-modules": ["airflow_delta.sensors.version"]}
+        ],
+        "triggers": [
+            {"integration-name": integration, "python-modules": ["airflow_delta.triggers.version"]}
+        ],
+        "connection-types": [
+            {
+                "connection-type": "delta",
+                "hook-class-name": "airflow_delta.hooks.delta.DeltaHook",
+                "hook-name": "Delta Lake",
             }
         ],
     }

@@ -1,4 +1,5 @@
-"""Shared fixtures: a moto S3 server on 127.0.0.1 and fresh buckets in it."""
+"""Shared fixtures: a moto S3 server on 127.0.0.1 and fresh buckets in it; a local Spark session
+shared by the Spark and Airflow tests of one pytest worker."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 S3_REGION = "us-east-1"
 S3_KEY = "testing"
@@ -95,3 +100,22 @@ def s3_bucket(s3_endpoint: str) -> tuple[str, dict[str, str]]:
         "AWS_ALLOW_HTTP": "true",
     }
     return bucket, options
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from airflow_delta.spark.session import get_spark
+
+    session = get_spark(
+        "local[2]",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+        },
+        app_name="airflow-delta-tests",
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -405,3 +405,26 @@ def _cleanup_expired_logs(
         cutoff,
     )
     return [f.name for f in expired]
+
+
+#: The hooks a user can ask for by name, in the order they run best in.
+POST_COMMIT_HOOKS: dict[str, type[PostCommitHook]] = {
+    CheckpointHook.name: CheckpointHook,
+    GenerateSymlinkManifest.name: GenerateSymlinkManifest,
+    LogCleanupHook.name: LogCleanupHook,
+}
+
+
+def post_commit_hook(name: str) -> PostCommitHook:
+    """The hook called `name` ("checkpoint", "symlink_manifest" or "log_cleanup").
+
+    >>> post_commit_hook("checkpoint").name
+    'checkpoint'
+    """
+    try:
+        return POST_COMMIT_HOOKS[name]()
+    except KeyError:
+        raise ValueError(
+            f"Unknown post-commit hook {name!r}: use one of {', '.join(POST_COMMIT_HOOKS)}"
+        ) from None
+

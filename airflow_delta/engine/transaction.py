@@ -59,7 +59,12 @@ from airflow_delta.engine.features import (
     required_protocol,
     writer_features,
 )
-from airflow_delta.engine.post_commit import GenerateSymlinkManifest, LogCleanupHook, PostCommitHook
+from airflow_delta.engine.post_commit import (
+    GenerateSymlinkManifest,
+    LogCleanupHook,
+    PostCommitHook,
+    post_commit_hook,
+)
 from airflow_delta.engine.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.replay import parse_log_batch
 
@@ -90,6 +95,10 @@ class CommitProperties:
     :param isolation_level: override of the table's `delta.isolationLevel`.
     :param commit_lock: serialise the commits of writers that share this process.
     :param custom_metadata: extra commitInfo fields.
+    :param app_transactions: idempotent-write markers (`SetTransaction(app_id, version)`)
+        committed with the actions; `already_committed()` tells whether the table holds them.
+    :param post_commit_hooks: hooks to run after the commit, by name (`"checkpoint"`,
+        `"symlink_manifest"`, `"log_cleanup"`) or as `PostCommitHook` objects, in that order.
     """
 
     user_metadata: str | None = None
@@ -97,6 +106,8 @@ class CommitProperties:
     isolation_level: IsolationLevel | str | None = None
     commit_lock: bool = True
     custom_metadata: dict[str, Any] = field(default_factory=dict)
+    app_transactions: Sequence[SetTransaction] = ()
+    post_commit_hooks: Sequence[str | PostCommitHook] = ()
 
 
 class OptimisticTransaction:
@@ -123,6 +134,10 @@ class OptimisticTransaction:
         self.attempts = 0
         self.conflicts_checked: list[int] = []
         self.hook_results: dict[str, str] = {}
+        for hook in self.properties.post_commit_hooks:
+            self.register_post_commit_hook(
+                hook if isinstance(hook, PostCommitHook) else post_commit_hook(hook)
+            )
 
     # -- what the transaction reads --------------------------------------------------------
 
@@ -176,6 +191,16 @@ class OptimisticTransaction:
         """The latest version committed by `app_id`, or -1; records the read."""
         self.read_txn.add(app_id)
         return self.snapshot.transactions.get(app_id, -1) if self.read_version >= 0 else -1
+
+    def already_committed(self) -> bool:
+        """True when the table already holds every app transaction of the commit properties
+        at (or past) its version: an idempotent write that landed before. Records the reads.
+
+        Example: a retried task with `CommitProperties(app_transactions=[SetTransaction(
+        "etl", 7)])` finds `already_committed()` true once version 7 of "etl" was committed.
+        """
+        wanted = self.properties.app_transactions
+        return bool(wanted) and all(self.txn_version(t.app_id) >= t.version for t in wanted)
 
     # -- metadata ----------------------------------------------------------------------------
 
@@ -316,6 +341,10 @@ class OptimisticTransaction:
                 f"Table {self.table}: a commit can carry at most one protocol action"
             )
         others = [a for a in actions if not isinstance(a, Metadata | Protocol)]
+        now = int(time.time() * 1000)
+        for app_txn in self.properties.app_transactions:
+            self.read_txn.add(app_txn.app_id)  # a concurrent write of the same app conflicts
+            others.append(SetTransaction(app_txn.app_id, app_txn.version, now))
         prepared: list[Action] = [*protocols, *metadatas, *others]
         if self.read_version < 0 and not (protocols and metadatas):
             raise InvalidCommitError(

@@ -126,6 +126,7 @@ class DeltaMergeBuilder:
         self.storage_options = storage_options
         self.commit_properties = commit_properties
         self.clauses: list[MergeClause] = []
+        self.transaction: OptimisticTransaction | None = None
 
     # -- clauses ----------------------------------------------------------------------------
 
@@ -198,8 +199,13 @@ class DeltaMergeBuilder:
 
     # -- execution --------------------------------------------------------------------------
 
-    def execute(self) -> dict[str, int]:
+    def execute(self) -> dict[str, int | None]:
         """Run the MERGE in one transaction; the metrics (ints) and the committed `version`.
+
+        When the commit properties carry app transactions the table already holds (an
+        idempotent MERGE that landed before), nothing is done and the result is
+        `{"version": None}`. The transaction stays in `self.transaction` (attempts, conflicts
+        checked, post-commit hook results).
 
         Metrics, with Delta's names: numSourceRows; numTargetRowsInserted; numTargetRowsUpdated
         and numTargetRowsDeleted (target rows, each once, split into the ...Matched... and
@@ -216,6 +222,9 @@ class DeltaMergeBuilder:
         txn = DeltaLog.for_table(self.target_uri, self.storage_options).start_transaction(
             properties=self.commit_properties
         )
+        self.transaction = txn
+        if txn.already_committed():
+            return {"version": None}
         if txn.read_version < 0:
             raise TableNotFoundError(
                 f"MERGE into {self.target_uri}: no Delta table there. Create it first "

@@ -122,12 +122,18 @@ class Constraint:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What `write_delta` did: the committed version (None when skipped) and its metrics."""
+    """What `write_delta` did: the committed version (None when skipped), the commit attempts,
+    the operation metrics, the versions of concurrent commits checked and found compatible
+    (`conflicts_resolved`), and the outcome of each post-commit hook (`hooks`: name -> "ok"
+    or "failed: ...").
+    """
 
     version: int | None
     attempts: int
     metrics: dict[str, int] = field(default_factory=dict)
     skipped: bool = False
+    conflicts_resolved: list[int] = field(default_factory=list)
+    hooks: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- schema
@@ -841,6 +847,7 @@ def write_delta(
     partition_overwrite_mode: str = "static",
     configuration: Mapping[str, str] | None = None,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    commit_properties: CommitProperties | None = None,
 ) -> WriteResult:
     """Write `df` to the Delta table at `uri` in one commit (creating the table if needed).
 
@@ -850,6 +857,8 @@ def write_delta(
     `overwrite_schema` (overwrite only) replaces the schema and the partitioning. With
     `txn_app_id` and `txn_version` the write is skipped when that application already committed
     that version (or a later one). `configuration` holds the table properties of a new table.
+    `commit_properties` sets the isolation level, commit attempts, post-commit hooks and app
+    transactions of the commit (`user_metadata` and the txn arguments are added to them).
     """
     save_mode = _SAVE_MODES.get(mode.lower())
     if save_mode is None:
@@ -872,14 +881,17 @@ def write_delta(
         )
     if (txn_app_id is None) != (txn_version is None):
         raise ValueError("txn_app_id and txn_version go together")
-    txn = DeltaLog.for_table(uri, storage_options).start_transaction(
-        properties=CommitProperties(user_metadata=user_metadata)
+    properties = commit_properties or CommitProperties()
+    app_transactions = list(properties.app_transactions)
+    if txn_app_id is not None and txn_version is not None:
+        app_transactions.append(SetTransaction(txn_app_id, txn_version))
+    properties = dataclasses.replace(
+        properties,
+        user_metadata=user_metadata or properties.user_metadata,
+        app_transactions=app_transactions,
     )
-    if (
-        txn_app_id is not None
-        and txn_version is not None
-        and txn.txn_version(txn_app_id) >= txn_version
-    ):
+    txn = DeltaLog.for_table(uri, storage_options).start_transaction(properties=properties)
+    if txn.already_committed():
         return WriteResult(None, 0, {}, skipped=True)
     if txn.read_version >= 0 and save_mode == "ErrorIfExists":
         raise TableAlreadyExistsError(
@@ -916,8 +928,6 @@ def write_delta(
     now = int(time.time() * 1000)
     actions: list[Any] = [f.remove(now) for f in removed]
     actions += adds
-    if txn_app_id is not None and txn_version is not None:
-        actions.append(SetTransaction(txn_app_id, txn_version, now))
     metrics = {
         "numFiles": len(adds),
         "numOutputRows": sum(a.num_records or 0 for a in adds),
@@ -932,4 +942,6 @@ def write_delta(
     if dynamic_overwrite:
         parameters["partitionOverwriteMode"] = "dynamic"
     version = txn.commit(actions, Operation("WRITE", parameters, metrics))
-    return WriteResult(version, txn.attempts, metrics)
+    return WriteResult(
+        version, txn.attempts, metrics, False, list(txn.conflicts_checked), dict(txn.hook_results)
+    )

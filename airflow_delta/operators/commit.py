@@ -1,0 +1,403 @@
+"""DeltaCommitOperator: what the operators that commit to a Delta table share.
+
+- **The source** of the rows: a Spark SQL query (or a `.sql` file), a callable
+  `(spark, context) -> DataFrame`, or a path read with `source_format` (`"delta"` reads a Delta
+  table through this package).
+- **Exactly-once.** Each commit carries an idempotent-write marker (Delta's `txn` action) whose
+  app id names the DAG, the task, the map index and the DAG run, and whose version comes from
+  the DAG run. A retry of a task whose commit already landed finds the marker, writes nothing
+  and says so in the log. The run id is part of the app id because Delta skips a write when the
+  table holds the app's version *or a later one*: with one app id per task, a backfill or a
+  catch-up run finishing after a later run would be skipped and its data lost.
+- **Conflicts.** The engine already retries a commit whose version was taken when the winning
+  commit does not conflict. A real conflict (ConcurrentAppendException and its kin) is handled
+  here: the whole read + write + commit runs again, up to `max_commit_attempts` times; then the
+  task fails with the Delta exception, which names the table, the versions and the winning
+  operation.
+- **Results.** XCom gets `{table, version, operation, skipped, attempts, conflicts, metrics,
+  hooks, app_id, txn_version}`; the table's asset (the operator's outlet) gets an event whose
+  `extra` carries the version and the operation; OpenLineage gets the table as output dataset
+  with the committed version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from airflow.sdk import BaseOperator
+
+from airflow_delta.assets import delta_table_asset, table_asset_uri
+from airflow_delta.engine.actions import SetTransaction
+from airflow_delta.engine.errors import (
+    DeltaConcurrentModificationException,
+    ProtocolChangedException,
+)
+from airflow_delta.engine.post_commit import POST_COMMIT_HOOKS
+from airflow_delta.engine.transaction import CommitProperties
+from airflow_delta.hooks.delta import DeltaHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The source of a write or a MERGE: SQL text, a `.sql` file, a callable, or a path.
+Source = str | Callable[["SparkSession", "Context"], "DataFrame"]
+
+#: Conflicts after which re-running read + write + commit can succeed. A protocol change is
+#: not retried: the table was upgraded under the task, which a person should look at.
+RETRYABLE_CONFLICTS: tuple[type[DeltaConcurrentModificationException], ...] = (
+    DeltaConcurrentModificationException,
+)
+NOT_RETRYABLE_CONFLICTS: tuple[type[DeltaConcurrentModificationException], ...] = (
+    ProtocolChangedException,
+)
+
+#: The XCom key under which the result dict is also pushed (besides `return_value`).
+XCOM_KEY = "delta_commit"
+
+
+@dataclasses.dataclass
+class CommitOutcome:
+    """One read + write + commit of a task: the version (None when skipped) and what it took."""
+
+    version: int | None
+    attempts: int
+    metrics: dict[str, Any]
+    conflicts_resolved: list[int]
+    hooks: dict[str, str]
+
+
+def is_templated(value: Any) -> bool:
+    """True when `value` is a string still holding a Jinja expression."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def exactly_once_txn(context: Context) -> SetTransaction:
+    """The idempotent-write marker of a task instance: app id from the DAG, task, map index and
+    DAG run; version from the DAG run (its `run_after`, in epoch milliseconds).
+
+    Example: `airflow-delta/etl/write/-1/scheduled__2026-01-01T00:00:00+00:00`, version
+    `1767225600000`.
+    """
+    ti, dag_run = context["ti"], context["dag_run"]
+    app_id = f"airflow-delta/{ti.dag_id}/{ti.task_id}/{ti.map_index}/{ti.run_id}"
+    return SetTransaction(app_id, int(dag_run.run_after.timestamp() * 1000))
+
+
+class DeltaCommitOperator(BaseOperator):
+    """Base of the operators that commit to one Delta table (see the module docstring).
+
+    :param table_uri: the table's location (local path, `file://`, `s3://`, ...). (templated)
+    :param source: Spark SQL text (or a path ending in `.sql`), a callable
+        `(spark, context) -> DataFrame`, or with `source_format` a path to read. (templated)
+    :param source_format: read `source` as a path in this format (`parquet`, `csv`, `json`,
+        `orc`, or `delta` for a Delta table). (templated)
+    :param source_options: reader options for `source_format` (e.g. `{"header": "true"}`).
+        (templated)
+    :param delta_conn_id: `delta` connection with the storage options; None for local paths
+        or credentials from the environment.
+    :param spark_conn_id: `spark` / `spark_connect` connection; None for a local session.
+    :param spark_conf: Spark conf for the session, over the connection's extras. (templated)
+    :param isolation_level: `Serializable` or `WriteSerializable` for this commit (default:
+        the table's `delta.isolationLevel`, else WriteSerializable).
+    :param max_commit_attempts: how many times read + write + commit run when a concurrent
+        commit conflicts (1 = never re-run).
+    :param post_commit_hooks: hooks to run after the commit, any of "checkpoint",
+        "symlink_manifest", "log_cleanup" (in that order).
+    :param exactly_once: commit with an idempotent-write marker of this task instance, so a
+        retry after a landed commit does nothing. Default True.
+    :param txn_app_id: own app id of the marker instead of the task instance's. (templated)
+    :param txn_version: own version of the marker; goes with `txn_app_id`. (templated)
+    :param user_metadata: text stored as commitInfo.userMetadata. (templated)
+    """
+
+    template_fields: Sequence[str] = (
+        "table_uri",
+        "source",
+        "source_format",
+        "source_options",
+        "spark_conf",
+        "txn_app_id",
+        "txn_version",
+        "user_metadata",
+    )
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers = {"source": "sql", "source_options": "json", "spark_conf": "json"}
+    #: The operation name in the table's history (WRITE, MERGE).
+    operation: str = ""
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        source: Source,
+        source_format: str | None = None,
+        source_options: Mapping[str, Any] | None = None,
+        delta_conn_id: str | None = None,
+        spark_conn_id: str | None = None,
+        spark_conf: Mapping[str, Any] | None = None,
+        isolation_level: str | None = None,
+        max_commit_attempts: int = 3,
+        post_commit_hooks: Sequence[str] = (),
+        exactly_once: bool = True,
+        txn_app_id: str | None = None,
+        txn_version: int | str | None = None,
+        user_metadata: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not table_uri:
+            raise ValueError("table_uri is required")
+        if not (isinstance(source, str) or callable(source)):
+            raise ValueError(
+                "source must be Spark SQL text, a .sql file, a callable (spark, context) -> "
+                f"DataFrame, or a path with source_format; got {type(source).__name__}"
+            )
+        if source_format is not None and not isinstance(source, str):
+            raise ValueError("source_format needs source to be a path")
+        if isolation_level is not None and isolation_level not in (
+            "Serializable",
+            "WriteSerializable",
+        ):
+            raise ValueError(
+                f"isolation_level must be 'Serializable' or 'WriteSerializable', not "
+                f"{isolation_level!r}"
+            )
+        if max_commit_attempts < 1:
+            raise ValueError(f"max_commit_attempts must be at least 1, got {max_commit_attempts}")
+        unknown = [h for h in post_commit_hooks if h not in POST_COMMIT_HOOKS]
+        if unknown:
+            raise ValueError(
+                f"Unknown post-commit hook(s) {unknown}: use {', '.join(POST_COMMIT_HOOKS)}"
+            )
+        if (txn_app_id is None) != (txn_version is None):
+            raise ValueError("txn_app_id and txn_version go together")
+        if txn_app_id is not None and not exactly_once:
+            raise ValueError("txn_app_id/txn_version make the write idempotent: keep exactly_once")
+        if not is_templated(table_uri):
+            outlets = list(kwargs.pop("outlets", None) or [])
+            asset = delta_table_asset(table_uri)
+            if all(getattr(o, "uri", None) != asset.uri for o in outlets):
+                outlets.append(asset)
+            kwargs["outlets"] = outlets
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.source = source
+        self.source_format = source_format
+        self.source_options = dict(source_options or {})
+        self.delta_conn_id = delta_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self.isolation_level = isolation_level
+        self.max_commit_attempts = max_commit_attempts
+        self.post_commit_hooks = list(post_commit_hooks)
+        self.exactly_once = exactly_once
+        self.txn_app_id = txn_app_id
+        self.txn_version = txn_version
+        self.user_metadata = user_metadata
+        self.result: dict[str, Any] | None = None
+
+    @cached_property
+    def hook(self) -> DeltaHook:
+        return DeltaHook(self.delta_conn_id, self.spark_conn_id)
+
+    # -- what subclasses provide --------------------------------------------------------------
+
+    def commit_once(
+        self, spark: SparkSession, context: Context, properties: CommitProperties
+    ) -> CommitOutcome:
+        """One read + write + commit; the outcome (version None when already committed)."""
+        raise NotImplementedError
+
+    # -- source ---------------------------------------------------------------------------
+
+    def read_source(self, spark: SparkSession, context: Context) -> DataFrame:
+        """The source rows as a DataFrame (read again on each attempt)."""
+        if callable(self.source):
+            df = self.source(spark, context)
+            if not hasattr(df, "schema"):
+                raise TypeError(
+                    f"source callable of task {self.task_id} returned {type(df).__name__}, "
+                    "not a Spark DataFrame"
+                )
+            return df
+        if self.source_format is None:
+            return spark.sql(self.source)
+        if self.source_format.lower() == "delta":
+            from airflow_delta.spark.read import read_delta
+
+            return read_delta(spark, self.source, storage_options=self.hook.storage_options)
+        reader = spark.read.format(self.source_format)
+        return reader.options(**{k: str(v) for k, v in self.source_options.items()}).load(
+            self.source
+        )
+
+    # -- execution --------------------------------------------------------------------------
+
+    def commit_properties(self, context: Context) -> CommitProperties:
+        """The commit's options: isolation, hooks, user metadata and the exactly-once marker."""
+        app_transactions: list[SetTransaction] = []
+        if self.txn_app_id is not None and self.txn_version is not None:
+            app_transactions.append(SetTransaction(str(self.txn_app_id), int(self.txn_version)))
+        elif self.exactly_once:
+            app_transactions.append(exactly_once_txn(context))
+        ti = context["ti"]
+        return CommitProperties(
+            user_metadata=self.user_metadata,
+            isolation_level=self.isolation_level,
+            app_transactions=app_transactions,
+            post_commit_hooks=self.post_commit_hooks,
+            custom_metadata={
+                "airflow": {
+                    "dag_id": ti.dag_id,
+                    "task_id": ti.task_id,
+                    "run_id": ti.run_id,
+                    "map_index": ti.map_index,
+                    "try_number": ti.try_number,
+                }
+            },
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        properties = self.commit_properties(context)
+        spark = self.hook.get_spark_session(config_kwargs=self.spark_conf)
+        conflicts: list[dict[str, Any]] = []
+        attempts = 0
+        for run in range(1, self.max_commit_attempts + 1):
+            try:
+                outcome = self.commit_once(spark, context, properties)
+                break
+            except NOT_RETRYABLE_CONFLICTS:
+                raise
+            except RETRYABLE_CONFLICTS as exc:
+                attempts += 1
+                conflicts.append({"exception": type(exc).__name__, "message": str(exc)})
+                if run == self.max_commit_attempts:
+                    raise type(exc)(
+                        f"{exc}\nGave up on table {self.table_uri} after {run} run(s) of read, "
+                        f"write and commit (max_commit_attempts={self.max_commit_attempts}); "
+                        "raise max_commit_attempts or keep concurrent writers to disjoint "
+                        "partitions."
+                    ) from exc
+                log.warning(
+                    "Conflict on table %s (run %s of %s): %s: %s Re-running read, write and "
+                    "commit.",
+                    self.table_uri,
+                    run,
+                    self.max_commit_attempts,
+                    type(exc).__name__,
+                    exc,
+                )
+        conflicts += [
+            {"winning_version": v, "resolution": "no logical conflict, committed after it"}
+            for v in outcome.conflicts_resolved
+        ]
+        result = self._result(outcome, attempts + outcome.attempts, conflicts, properties)
+        self._log_result(result)
+        self._emit_asset_event(context, result)
+        context["ti"].xcom_push(key=XCOM_KEY, value=result)
+        self.result = result
+        return result
+
+    def _result(
+        self,
+        outcome: CommitOutcome,
+        attempts: int,
+        conflicts: list[dict[str, Any]],
+        properties: CommitProperties,
+    ) -> dict[str, Any]:
+        marker = properties.app_transactions[0] if properties.app_transactions else None
+        skipped = outcome.version is None
+        version = outcome.version
+        if skipped:  # the table's version now; the one that carried our data is older
+            version = self.hook.get_delta_log(self.table_uri).latest_version()
+        return {
+            "table": self.table_uri,
+            "version": version,
+            "operation": self.operation,
+            "skipped": skipped,
+            "attempts": attempts,
+            "conflicts": conflicts,
+            "metrics": outcome.metrics,
+            "hooks": outcome.hooks,
+            "app_id": marker.app_id if marker else None,
+            "txn_version": marker.version if marker else None,
+        }
+
+    def _log_result(self, result: dict[str, Any]) -> None:
+        if result["skipped"]:
+            log.info(
+                "Skipped: table %s already holds this write (app id %s, txn version %s), "
+                "committed by an earlier try of this task; nothing written. The table is at "
+                "version %s.",
+                self.table_uri,
+                result["app_id"],
+                result["txn_version"],
+                result["version"],
+            )
+            return
+        log.info(
+            "Committed version %s of table %s (operation %s) after %s commit attempt(s), "
+            "%s conflict(s); metrics %s",
+            result["version"],
+            self.table_uri,
+            self.operation,
+            result["attempts"],
+            len(result["conflicts"]),
+            result["metrics"],
+        )
+        for name, outcome in result["hooks"].items():
+            log.info("Post-commit hook %s on version %s: %s", name, result["version"], outcome)
+
+    def _emit_asset_event(self, context: Context, result: dict[str, Any]) -> None:
+        uri = table_asset_uri(self.table_uri)
+        extra = {
+            "table": self.table_uri,
+            "version": result["version"],
+            "operation": self.operation,
+            "skipped": result["skipped"],
+        }
+        for outlet in self.outlets:
+            if getattr(outlet, "uri", None) == uri:
+                context["outlet_events"][outlet].extra.update(extra)
+
+    # -- OpenLineage (imported only when the OpenLineage provider asks) ------------------------
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The table as the output dataset, with the committed version (OpenLineage)."""
+        from airflow.providers.common.compat.openlineage.facet import (
+            Dataset,
+            DatasetVersionDatasetFacet,
+            StorageDatasetFacet,
+        )
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        namespace, name = openlineage_dataset_name(self.table_uri)
+        facets: dict[str, Any] = {
+            "storage": StorageDatasetFacet(storageLayer="delta", fileFormat="parquet")
+        }
+        if self.result and self.result.get("version") is not None:
+            facets["version"] = DatasetVersionDatasetFacet(
+                datasetVersion=str(self.result["version"])
+            )
+        return OperatorLineage(outputs=[Dataset(namespace=namespace, name=name, facets=facets)])
+
+
+def openlineage_dataset_name(table_uri: str) -> tuple[str, str]:
+    """OpenLineage's (namespace, name) of a table: `("file", "/abs/path")` for local tables,
+    `("s3://bucket", "key/path")` for object stores.
+
+    >>> openlineage_dataset_name("s3://lake/events")
+    ('s3://lake', 'events')
+    """
+    uri = table_asset_uri(table_uri)
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return "file", parts.path
+    return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/")

@@ -1,0 +1,147 @@
+"""DeltaMergeOperator: MERGE a source into a Delta table in one exactly-once commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from pyspark.sql import SparkSession
+
+    from airflow_delta.engine.transaction import CommitProperties
+    from airflow_delta.spark.merge import DeltaMergeBuilder
+
+#: (when, then) of a clause dict -> (builder method, the key holding its assignments).
+CLAUSES: dict[tuple[str, str], tuple[str, str | None]] = {
+    ("matched", "update"): ("when_matched_update", "set"),
+    ("matched", "update_all"): ("when_matched_update_all", None),
+    ("matched", "delete"): ("when_matched_delete", None),
+    ("not_matched", "insert"): ("when_not_matched_insert", "values"),
+    ("not_matched", "insert_all"): ("when_not_matched_insert_all", None),
+    ("not_matched_by_source", "update"): ("when_not_matched_by_source_update", "set"),
+    ("not_matched_by_source", "delete"): ("when_not_matched_by_source_delete", None),
+}
+
+#: A clause list, or a callable adding the clauses to the builder.
+Clauses = Sequence[Mapping[str, Any]] | Callable[["DeltaMergeBuilder"], "DeltaMergeBuilder"]
+
+
+def validate_clauses(clauses: Sequence[Mapping[str, Any]]) -> None:
+    """Raise ValueError naming the first malformed clause dict.
+
+    A clause is `{"when": "matched" | "not_matched" | "not_matched_by_source", "then":
+    "update" | "update_all" | "delete" | "insert" | "insert_all", "condition": optional SQL,
+    "set" / "values": {column: SQL}}`.
+
+    >>> validate_clauses([{"when": "matched", "then": "update_all"}])
+    """
+    if not clauses:
+        raise ValueError("MERGE needs at least one clause")
+    for i, clause in enumerate(clauses):
+        if not isinstance(clause, Mapping):
+            raise ValueError(f"clause {i} must be a dict, got {type(clause).__name__}")
+        key = (clause.get("when"), clause.get("then"))
+        if key not in CLAUSES:
+            raise ValueError(
+                f"clause {i} {dict(clause)}: 'when'/'then' must be one of "
+                + ", ".join(f"{w}/{t}" for w, t in CLAUSES)
+            )
+        _, assignments = CLAUSES[key]  # type: ignore[index]
+        allowed = {"when", "then", "condition"} | ({assignments} if assignments else set())
+        extra = set(clause) - allowed
+        if extra:
+            raise ValueError(f"clause {i}: unknown key(s) {sorted(extra)} (allowed: {allowed})")
+        if assignments and not clause.get(assignments):
+            raise ValueError(f"clause {i} ({key[0]} {key[1]}) needs {assignments!r}")
+
+
+def apply_clauses(builder: DeltaMergeBuilder, clauses: Clauses) -> DeltaMergeBuilder:
+    """Add `clauses` (dicts, or a callable on the builder) to `builder`; the builder."""
+    if callable(clauses):
+        return clauses(builder)
+    validate_clauses(clauses)
+    for clause in clauses:
+        method, assignments = CLAUSES[(clause["when"], clause["then"])]
+        args = [dict(clause[assignments])] if assignments else []
+        builder = getattr(builder, method)(*args, condition=clause.get("condition"))
+    return builder
+
+
+class DeltaMergeOperator(DeltaCommitOperator):
+    """MERGE the source into the Delta table at `table_uri` (which must exist).
+
+    Arguments of the source, the connections, conflicts, hooks and exactly-once: see
+    `DeltaCommitOperator`. The XCom `metrics` are the MERGE metrics (numTargetRowsInserted,
+    numTargetRowsUpdated, numTargetRowsDeleted, numTargetRowsCopied, numTargetFilesAdded,
+    numTargetFilesRemoved, ...).
+
+    :param condition: the ON condition in Spark SQL, over `source_alias` and `target_alias`.
+        (templated)
+    :param clauses: the WHEN clauses, in order: a list of dicts (see `validate_clauses`), or a
+        callable that adds them to the `DeltaMergeBuilder` and returns it. (templated)
+    :param source_alias: the source's alias in the condition and clauses (default "s").
+    :param target_alias: the table's alias (default "t").
+
+    Example::
+
+        DeltaMergeOperator(
+            task_id="upsert_customers",
+            table_uri="/lake/customers",
+            source="SELECT * FROM updates",
+            condition="t.id = s.id",
+            clauses=[
+                {"when": "matched", "then": "update_all"},
+                {"when": "not_matched", "then": "insert_all"},
+            ],
+        )
+    """
+
+    template_fields: Sequence[str] = (*DeltaCommitOperator.template_fields, "condition", "clauses")
+    operation = "MERGE"
+
+    def __init__(
+        self,
+        *,
+        condition: str,
+        clauses: Clauses,
+        source_alias: str = "s",
+        target_alias: str = "t",
+        **kwargs: Any,
+    ) -> None:
+        if not condition:
+            raise ValueError("condition is required")
+        if not callable(clauses):
+            validate_clauses(clauses)
+        if source_alias == target_alias:
+            raise ValueError(f"source_alias and target_alias must differ, both {source_alias!r}")
+        super().__init__(**kwargs)
+        self.condition = condition
+        self.clauses = clauses
+        self.source_alias = source_alias
+        self.target_alias = target_alias
+
+    def commit_once(
+        self, spark: SparkSession, context: Context, properties: CommitProperties
+    ) -> CommitOutcome:
+        from airflow_delta.spark.merge import merge_delta
+
+        builder = merge_delta(
+            self.table_uri,
+            self.read_source(spark, context),
+            self.condition,
+            self.source_alias,
+            self.target_alias,
+            storage_options=self.hook.storage_options,
+            commit_properties=properties,
+        )
+        builder = apply_clauses(builder, self.clauses)
+        metrics = dict(builder.execute())
+        version = metrics.pop("version")
+        txn = builder.transaction
+        assert txn is not None
+        return CommitOutcome(
+            version, txn.attempts, metrics, list(txn.conflicts_checked), dict(txn.hook_results)
+        )

@@ -1,0 +1,128 @@
+"""DeltaWriteOperator: write the rows of a source to a Delta table in one exactly-once commit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator, is_templated
+from airflow_delta.spark.write import DEFAULT_TARGET_FILE_SIZE
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from pyspark.sql import SparkSession
+
+    from airflow_delta.engine.transaction import CommitProperties
+
+MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
+
+
+class DeltaWriteOperator(DeltaCommitOperator):
+    """Write a source's rows to the Delta table at `table_uri` (created when missing).
+
+    Arguments of the source, the connections, conflicts, hooks and exactly-once: see
+    `DeltaCommitOperator`.
+
+    :param mode: "append" (default), "overwrite", "error" (fail when the table exists) or
+        "ignore" (do nothing when it exists).
+    :param partition_by: partition columns of a new table (or of an overwrite_schema).
+        (templated)
+    :param replace_where: with mode="overwrite": replace only the rows matching this predicate
+        on partition columns; written rows outside it fail the task. (templated)
+    :param partition_overwrite_mode: "static" (default) or "dynamic" (mode="overwrite"
+        replaces only the partitions the source writes to).
+    :param merge_schema: add the source's new columns to the table schema.
+    :param overwrite_schema: with mode="overwrite": replace schema and partitioning.
+    :param table_properties: `delta.*` properties of a new table (e.g.
+        `{"delta.checkpointInterval": "20"}`).
+    :param target_file_size: bytes per data file before a new one is started.
+
+    Example::
+
+        DeltaWriteOperator(
+            task_id="load_events",
+            table_uri="s3://lake/events",
+            source="SELECT * FROM parquet.`s3://landing/events/{{ ds }}`",
+            partition_by=["day"],
+            post_commit_hooks=["symlink_manifest"],
+        )
+    """
+
+    template_fields: Sequence[str] = (
+        *DeltaCommitOperator.template_fields,
+        "partition_by",
+        "replace_where",
+    )
+    operation = "WRITE"
+
+    def __init__(
+        self,
+        *,
+        mode: str = "append",
+        partition_by: Sequence[str] | None = None,
+        replace_where: str | None = None,
+        partition_overwrite_mode: str = "static",
+        merge_schema: bool = False,
+        overwrite_schema: bool = False,
+        table_properties: Mapping[str, str] | None = None,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        if mode.lower() not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        overwrite = mode.lower() == "overwrite"
+        if partition_overwrite_mode not in ("static", "dynamic"):
+            raise ValueError(
+                "partition_overwrite_mode must be 'static' or 'dynamic', not "
+                f"{partition_overwrite_mode!r}"
+            )
+        if not overwrite and (
+            replace_where or overwrite_schema or partition_overwrite_mode == "dynamic"
+        ):
+            raise ValueError(
+                "replace_where, overwrite_schema and partition_overwrite_mode='dynamic' need "
+                "mode='overwrite'"
+            )
+        if (bool(replace_where) + overwrite_schema + (partition_overwrite_mode == "dynamic")) > 1:
+            raise ValueError(
+                "replace_where, overwrite_schema and partition_overwrite_mode='dynamic' exclude "
+                "each other"
+            )
+        if isinstance(partition_by, str) and not is_templated(partition_by):
+            partition_by = [partition_by]
+        super().__init__(**kwargs)
+        self.mode = mode.lower()
+        self.partition_by = partition_by
+        self.replace_where = replace_where
+        self.partition_overwrite_mode = partition_overwrite_mode
+        self.merge_schema = merge_schema
+        self.overwrite_schema = overwrite_schema
+        self.table_properties = dict(table_properties or {})
+        self.target_file_size = target_file_size
+
+    def commit_once(
+        self, spark: SparkSession, context: Context, properties: CommitProperties
+    ) -> CommitOutcome:
+        from airflow_delta.spark.write import write_delta
+
+        result = write_delta(
+            self.read_source(spark, context),
+            self.table_uri,
+            mode=self.mode,
+            partition_by=list(self.partition_by) if self.partition_by else None,
+            replace_where=self.replace_where or None,
+            merge_schema=self.merge_schema,
+            overwrite_schema=self.overwrite_schema,
+            storage_options=self.hook.storage_options,
+            partition_overwrite_mode=self.partition_overwrite_mode,
+            configuration=self.table_properties or None,
+            target_file_size=self.target_file_size,
+            commit_properties=properties,
+        )
+        return CommitOutcome(
+            result.version,
+            result.attempts,
+            result.metrics,
+            result.conflicts_resolved,
+            result.hooks,
+        )

@@ -1,0 +1,60 @@
+"""Airflow for the tests of one pytest worker: its own AIRFLOW_HOME and SQLite database.
+
+The environment is set when this module loads, before any test module imports Airflow (which
+reads its configuration on import); `airflow_db` migrates the database once per worker.
+
+`dag.test()` in Airflow 3 only runs DAGs it finds in the DAGs folder, so the test DAGs live in
+`tests/airflow/dags/`; they put their tables under `$AIRFLOW_DELTA_TEST_ROOT`, a directory of
+this worker, and `load_dag(dag_id)` gives the DAG object to run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-delta-tests-"))
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
+DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS_FOLDER)
+TABLES_ROOT = AIRFLOW_HOME / "tables"
+os.environ["AIRFLOW_DELTA_TEST_ROOT"] = str(TABLES_ROOT)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def airflow_command(*args: str, env: dict[str, str] | None = None, timeout: float = 240):
+    """Run the `airflow` CLI of this virtualenv; the completed process (output captured)."""
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    return subprocess.run(
+        [airflow, *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def load_dag(dag_id: str) -> Any:
+    """The DAG `dag_id` of the test DAGs folder (parsed the way Airflow parses it)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS_FOLDER))
+    assert not bag.import_errors, bag.import_errors
+    return bag.get_dag(dag_id)
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Iterator[Path]:
+    """A migrated Airflow metadata database (SQLite) in this worker's AIRFLOW_HOME."""
+    result = airflow_command("db", "migrate")
+    assert result.returncode == 0, result.stdout + result.stderr
+    yield AIRFLOW_HOME

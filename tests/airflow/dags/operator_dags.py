@@ -1,0 +1,151 @@
+"""Test DAGs of the operator tests (tests/airflow/test_operators.py).
+
+Tables live under $AIRFLOW_DELTA_TEST_ROOT (a directory of the pytest worker); each DAG has
+its own table, which the test deletes before running it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, task
+
+from airflow_delta.assets import delta_table_asset
+from airflow_delta.operators.checkpoint import DeltaCheckpointOperator
+from airflow_delta.operators.merge import DeltaMergeOperator
+from airflow_delta.operators.write import DeltaWriteOperator
+
+ROOT = Path(os.environ.get("AIRFLOW_DELTA_TEST_ROOT", "/tmp/airflow-delta-test-tables"))
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+ROWS = "SELECT id, CAST(id % 2 AS STRING) AS p, id * 10 AS v FROM range(10)"
+
+
+def table(name: str) -> str:
+    return str(ROOT / name)
+
+
+# -- write + merge + checkpoint ------------------------------------------------------------------
+
+with DAG("t_write_merge", schedule=None, start_date=START, catchup=False) as t_write_merge:
+    write = DeltaWriteOperator(
+        task_id="write",
+        table_uri=table("events"),
+        source=ROWS,
+        partition_by=["p"],
+        post_commit_hooks=["checkpoint", "symlink_manifest"],
+    )
+    merge = DeltaMergeOperator(
+        task_id="merge",
+        table_uri=table("events"),
+        source="SELECT id, CAST(id % 2 AS STRING) AS p, id * 100 AS v FROM range(8, 12)",
+        condition="t.id = s.id AND t.p = s.p",
+        clauses=[
+            {"when": "matched", "then": "update", "set": {"v": "s.v"}},
+            {"when": "not_matched", "then": "insert_all"},
+        ],
+    )
+    checkpoint = DeltaCheckpointOperator(
+        task_id="checkpoint", table_uri=table("events"), generate_symlink_manifest=True
+    )
+    write >> merge >> checkpoint
+
+
+# -- a write whose task fails after its commit landed, then retries ---------------------------
+
+
+class FailAfterCommitOperator(DeltaWriteOperator):
+    """Commits, then fails on the first try: what a worker lost after the commit looks like."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        result = super().execute(context)
+        if context["ti"].try_number == 1:
+            raise RuntimeError(f"worker lost after committing version {result['version']}")
+        return result
+
+
+with DAG("t_retry", schedule=None, start_date=START, catchup=False) as t_retry:
+    FailAfterCommitOperator(
+        task_id="write",
+        table_uri=table("retried"),
+        source=ROWS,
+        retries=2,
+        retry_delay=dt.timedelta(0),
+    )
+
+
+# -- concurrent DAG runs (run in two processes at once by the test) ----------------------------
+
+
+def barrier(name: str) -> Any:
+    """A source that waits until every process of the test reached it, then reads the rows."""
+
+    def source(spark: Any, context: Any) -> Any:
+        sync = Path(os.environ["AIRFLOW_DELTA_TEST_BARRIER"])
+        me, parties = os.environ["AIRFLOW_DELTA_TEST_PARTY"], 2
+        marker = sync / f"{name}.{me}"
+        if not marker.exists():  # only the first attempt waits
+            marker.touch()
+            deadline = time.monotonic() + 120
+            while len(list(sync.glob(f"{name}.*"))) < parties and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return spark.sql(f"SELECT id, '0' AS p, {me} AS v FROM range(5)")
+
+    return source
+
+
+with DAG("t_concurrent", schedule=None, start_date=START, catchup=False) as t_concurrent:
+    append = DeltaWriteOperator(
+        task_id="append", table_uri=table("shared"), source=barrier("append"), partition_by=["p"]
+    )
+    overwrite_once = DeltaWriteOperator(
+        task_id="overwrite_once",
+        table_uri=table("shared"),
+        source=barrier("overwrite_once"),
+        mode="overwrite",
+        replace_where="p = '0'",
+        max_commit_attempts=1,
+    )
+    overwrite_retried = DeltaWriteOperator(
+        task_id="overwrite_retried",
+        table_uri=table("shared"),
+        source=barrier("overwrite_retried"),
+        mode="overwrite",
+        replace_where="p = '0'",
+        max_commit_attempts=3,
+        trigger_rule="all_done",
+    )
+    append >> overwrite_once >> overwrite_retried
+
+
+# -- mapped tasks writing disjoint partitions --------------------------------------------------
+
+with DAG("t_mapped", schedule=None, start_date=START, catchup=False) as t_mapped:
+    DeltaWriteOperator.partial(
+        task_id="write_partition", table_uri=table("mapped"), partition_by=["p"]
+    ).expand(
+        source=[f"SELECT id, '{p}' AS p FROM range({p * 10}, {p * 10 + 10})" for p in range(3)]
+    )
+
+
+# -- a DAG scheduled on the table's asset ------------------------------------------------------
+
+with DAG(
+    "t_asset_consumer",
+    schedule=[delta_table_asset(table("events"))],
+    start_date=START,
+    catchup=False,
+) as t_asset_consumer:
+
+    @task
+    def report_version(triggering_asset_events: Any = None) -> int:
+        """The version carried by the asset event that triggered this run."""
+        events = triggering_asset_events[delta_table_asset(table("events"))]
+        version = events[-1].extra["version"]
+        print(f"TRIGGERED BY DELTA VERSION {version}")
+        return version
+
+    report_version()

@@ -1,0 +1,250 @@
+"""The operators, run by `dag.test()` on real local Spark and real tables (DAGs in dags/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_delta.engine.delta_log import DeltaLog
+from tests.airflow.conftest import TABLES_ROOT, airflow_command, load_dag
+from tests.spark.test_write import deltalake_rows
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
+
+
+def fresh_table(name: str) -> str:
+    path = TABLES_ROOT / name
+    shutil.rmtree(path, ignore_errors=True)
+    return str(path)
+
+
+def rows(uri: str) -> list[dict[str, Any]]:
+    """The table's rows as deltalake reads them (partition values included), sorted by id."""
+    return sorted(deltalake_rows(uri), key=lambda r: r["id"])
+
+
+def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
+    """key -> value of the XComs a task of `dag_run` pushed."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        found = session.execute(
+            select(XComModel.key, XComModel.value).where(
+                XComModel.dag_id == dag_run.dag_id,
+                XComModel.run_id == dag_run.run_id,
+                XComModel.task_id == task_id,
+            )
+        ).all()
+    return {key: XComModel.deserialize_value(_Row(value)) for key, value in found}
+
+
+class _Row:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def task_states(dag_run: Any) -> dict[str, str]:
+    return {
+        f"{ti.task_id}[{ti.map_index}]" if ti.map_index >= 0 else ti.task_id: ti.state
+        for ti in dag_run.get_task_instances()
+    }
+
+
+def asset_events(uri: str) -> list[dict[str, Any]]:
+    """The `extra` of the asset events of the asset `uri`, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return list(
+            session.scalars(
+                select(AssetEvent.extra)
+                .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+                .where(AssetModel.uri == uri)
+                .order_by(AssetEvent.id)
+            )
+        )
+
+
+def test_write_merge_checkpoint_pipeline() -> None:
+    uri = fresh_table("events")
+    dag_run = load_dag("t_write_merge").test()
+    assert task_states(dag_run) == {"write": "success", "merge": "success", "checkpoint": "success"}
+
+    write = xcoms(dag_run, "write")
+    result = write["return_value"]
+    assert write["delta_commit"] == result
+    assert result["version"] == 0 and result["operation"] == "WRITE" and not result["skipped"]
+    assert result["attempts"] == 1 and result["conflicts"] == []
+    assert result["metrics"]["numOutputRows"] == 10
+    assert result["hooks"] == {"checkpoint": "ok", "symlink_manifest": "ok"}
+    assert result["app_id"] == f"airflow-delta/t_write_merge/write/-1/{dag_run.run_id}"
+
+    merged = xcoms(dag_run, "merge")["return_value"]
+    assert merged["version"] == 1 and merged["operation"] == "MERGE"
+    assert merged["metrics"]["numTargetRowsUpdated"] == 2
+    assert merged["metrics"]["numTargetRowsInserted"] == 2
+
+    checkpoint = xcoms(dag_run, "checkpoint")["return_value"]
+    assert {k: checkpoint[k] for k in ("version", "parts", "cleaned", "vacuumed")} == {
+        "version": 1,
+        "parts": 1,
+        "cleaned": 0,
+        "vacuumed": None,
+    }
+    assert checkpoint["num_actions"] >= 4 and checkpoint["manifests"] == 2
+
+    expected = [{"id": i, "p": str(i % 2), "v": i * (100 if i >= 8 else 10)} for i in range(12)]
+    assert rows(uri) == expected
+    history = DeltaLog.for_table(uri).history()
+    assert [h["operation"] for h in history] == ["MERGE", "WRITE"]
+    assert history[1]["airflow"]["task_id"] == "write"
+    manifests = sorted(p.relative_to(uri).as_posix() for p in Path(uri).rglob("manifest"))
+    assert manifests == ["_symlink_format_manifest/p=0/manifest", "_symlink_format_manifest/p=1/manifest"]
+
+    events = asset_events(f"file://{uri}")
+    assert [(e["version"], e["operation"]) for e in events] == [(0, "WRITE"), (1, "MERGE")]
+
+
+def test_retry_after_landed_commit_writes_once() -> None:
+    uri = fresh_table("retried")
+    dag_run = load_dag("t_retry").test()
+    assert task_states(dag_run) == {"write": "success"}
+    tis = dag_run.get_task_instances()
+    assert tis[0].try_number == 2
+    assert len(rows(uri)) == 10  # one copy of the data
+    assert DeltaLog.for_table(uri).latest_version() == 0
+    result = xcoms(dag_run, "write")["return_value"]
+    assert result["skipped"] is True and result["version"] == 0 and result["attempts"] == 0
+
+
+def test_asset_scheduled_dag_sees_the_committed_version() -> None:
+    """The consumer's run is created by the scheduler's own code for asset-triggered runs (run
+    in-process: no scheduler loop or API server here) and its task runs via `airflow tasks
+    test`, reading `triggering_asset_events`."""
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    fresh_table("events")
+    load_dag("t_write_merge").test()
+    with create_session() as session:
+        query, _ = DagModel.dags_needing_dagruns(session)
+        consumers = [d for d in query.all() if d.dag_id == "t_asset_consumer"]
+        assert consumers, "the write did not queue a run of the DAG scheduled on the table"
+        SchedulerJobRunner(job=Job())._create_dag_runs_asset_triggered(
+            dag_models=consumers, session=session
+        )
+        session.flush()
+        run = session.scalars(
+            select(DagRun).where(DagRun.dag_id == "t_asset_consumer").order_by(DagRun.id.desc())
+        ).first()
+        assert run is not None and run.run_type == "asset_triggered"
+        extras = [e.extra for e in run.consumed_asset_events]
+        run_id = run.run_id
+    assert [e["version"] for e in extras] == [0, 1]
+    out = airflow_command("tasks", "test", "t_asset_consumer", "report_version", run_id)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "TRIGGERED BY DELTA VERSION 1" in out.stdout + out.stderr
+
+
+_RUN_DAG = """
+import sys
+from tests.airflow.conftest import load_dag
+state = load_dag(sys.argv[1]).test().state
+print("DAG RUN STATE", state)
+"""
+
+
+def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
+    """Two processes run the same DAG at once: appends both land; an overwrite of the same
+    partition without re-runs fails in one of them with the conflict; with re-runs both land."""
+    uri = fresh_table("shared")
+    sync = tmp_path / "barrier"
+    sync.mkdir()
+    home = Path(os.environ["AIRFLOW_HOME"])
+    procs = []
+    for party in ("1", "2"):
+        own_home = tmp_path / f"home{party}"
+        own_home.mkdir()
+        shutil.copy(home / "airflow.db", own_home / "airflow.db")
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(own_home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{own_home / 'airflow.db'}",
+            "AIRFLOW_DELTA_TEST_BARRIER": str(sync),
+            "AIRFLOW_DELTA_TEST_PARTY": party,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _RUN_DAG, "t_concurrent"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [p.communicate(timeout=280)[0] for p in procs]
+    both = "\n".join(logs)
+    assert all(p.returncode == 0 for p in procs), both[-5000:]
+
+    history = DeltaLog.for_table(uri).history()
+    operations = [(h["operation"], json.loads(h["operationParameters"]["mode"])
+                   if h["operationParameters"]["mode"].startswith('"') else
+                   h["operationParameters"]["mode"]) for h in reversed(history)]
+    # 2 appends + 1 overwrite that won + 2 re-run-able overwrites
+    assert [o[1] for o in operations] == ["Append", "Append", "Overwrite", "Overwrite", "Overwrite"]
+    failed = [log for log in logs if "DAG RUN STATE failed" in log]
+    assert len(failed) == 1, both[-5000:]
+    assert "ConcurrentAppendException" in failed[0] or "ConcurrentDeleteReadException" in failed[0]
+    assert "Re-running read, write and commit" in both
+    final = rows(uri)
+    assert len(final) == 5 and len({r["v"] for r in final}) == 1  # the last overwrite's rows
+
+
+def test_mapped_tasks_write_disjoint_partitions_at_once(tmp_path: Path) -> None:
+    """The mapped task instances run as three `airflow tasks test --map-index` processes at
+    once (each its own Spark and its own copy of the metadata database)."""
+    uri = fresh_table("mapped")
+    dag_run = load_dag("t_mapped").test(mark_success_pattern="write_partition")
+    home = Path(os.environ["AIRFLOW_HOME"])
+    procs = []
+    for index in range(3):
+        own_home = tmp_path / f"home{index}"
+        own_home.mkdir()
+        shutil.copy(home / "airflow.db", own_home / "airflow.db")
+        env = {
+            "AIRFLOW_HOME": str(own_home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{own_home / 'airflow.db'}",
+        }
+        airflow = str(Path(sys.executable).with_name("airflow"))
+        procs.append(
+            subprocess.Popen(
+                [airflow, "tasks", "test", "t_mapped", "write_partition", dag_run.run_id,
+                 "--map-index", str(index)],
+                env={**os.environ, **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [p.communicate(timeout=280)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-5000:]
+    assert DeltaLog.for_table(uri).latest_version() == 2
+    final = rows(uri)
+    assert [r["id"] for r in final] == list(range(30))
+    assert {r["p"] for r in final} == {"0", "1", "2"}
