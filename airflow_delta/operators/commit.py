@@ -33,10 +33,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_delta.assets import delta_table_asset, table_asset_uri
 from airflow_delta.engine.actions import SetTransaction
-from airflow_delta.engine.errors import (
-    DeltaConcurrentModificationException,
-    ProtocolChangedException,
-)
+from airflow_delta.engine.errors import DeltaConcurrentModificationException
 from airflow_delta.engine.post_commit import POST_COMMIT_HOOKS
 from airflow_delta.engine.transaction import CommitProperties
 from airflow_delta.hooks.delta import DeltaHook
@@ -50,13 +47,13 @@ log = logging.getLogger(__name__)
 #: The source of a write or a MERGE: SQL text, a `.sql` file, a callable, or a path.
 Source = str | Callable[["SparkSession", "Context"], "DataFrame"]
 
-#: Conflicts after which re-running read + write + commit can succeed. A protocol change is
-#: not retried: the table was upgraded under the task, which a person should look at.
+#: Conflicts after which re-running read + write + commit can succeed: every Delta conflict
+#: (ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException,
+#: MetadataChangedException, ProtocolChangedException - as when two tasks create the same
+#: table - and ConcurrentTransactionException). The re-run reads the new snapshot, so a protocol
+#: this engine cannot write is then refused with DeltaProtocolError, which is not retried.
 RETRYABLE_CONFLICTS: tuple[type[DeltaConcurrentModificationException], ...] = (
     DeltaConcurrentModificationException,
-)
-NOT_RETRYABLE_CONFLICTS: tuple[type[DeltaConcurrentModificationException], ...] = (
-    ProtocolChangedException,
 )
 
 #: The XCom key under which the result dict is also pushed (besides `return_value`).
@@ -188,7 +185,9 @@ class DeltaCommitOperator(BaseOperator):
             kwargs["outlets"] = outlets
         super().__init__(**kwargs)
         self.table_uri = table_uri
-        self.source = source
+        # Airflow calls callables found in template fields: keep a callable source apart.
+        self.source = None if callable(source) else source
+        self.source_callable = source if callable(source) else None
         self.source_format = source_format
         self.source_options = dict(source_options or {})
         self.delta_conn_id = delta_conn_id
@@ -219,14 +218,15 @@ class DeltaCommitOperator(BaseOperator):
 
     def read_source(self, spark: SparkSession, context: Context) -> DataFrame:
         """The source rows as a DataFrame (read again on each attempt)."""
-        if callable(self.source):
-            df = self.source(spark, context)
+        if self.source_callable is not None:
+            df = self.source_callable(spark, context)
             if not hasattr(df, "schema"):
                 raise TypeError(
                     f"source callable of task {self.task_id} returned {type(df).__name__}, "
                     "not a Spark DataFrame"
                 )
             return df
+        assert self.source is not None
         if self.source_format is None:
             return spark.sql(self.source)
         if self.source_format.lower() == "delta":
@@ -273,8 +273,6 @@ class DeltaCommitOperator(BaseOperator):
             try:
                 outcome = self.commit_once(spark, context, properties)
                 break
-            except NOT_RETRYABLE_CONFLICTS:
-                raise
             except RETRYABLE_CONFLICTS as exc:
                 attempts += 1
                 conflicts.append({"exception": type(exc).__name__, "message": str(exc)})

@@ -119,7 +119,9 @@ class DeltaMergeOperator(DeltaCommitOperator):
             raise ValueError(f"source_alias and target_alias must differ, both {source_alias!r}")
         super().__init__(**kwargs)
         self.condition = condition
-        self.clauses = clauses
+        # Airflow calls callables found in template fields: keep a callable apart.
+        self.clauses = None if callable(clauses) else clauses
+        self.clauses_callable = clauses if callable(clauses) else None
         self.source_alias = source_alias
         self.target_alias = target_alias
 
@@ -137,7 +139,7 @@ class DeltaMergeOperator(DeltaCommitOperator):
             storage_options=self.hook.storage_options,
             commit_properties=properties,
         )
-        builder = apply_clauses(builder, self.clauses)
+        builder = apply_clauses(builder, self.clauses_callable or self.clauses or [])
         metrics = dict(builder.execute())
         version = metrics.pop("version")
         txn = builder.transaction
