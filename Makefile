@@ -15,13 +15,13 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(PY) -m ruff check airflow_delta tests bench examples
+	$(PY) -m ruff check airflow_delta tests bench examples dags_examples
 
 test: lint
 	$(PY) -m pytest -n 2 -q
 
 demo: $(STAMP)
-	$(PY) examples/engine_demo.py
+	bash examples/demo.sh
 
 bench: $(STAMP)
 	$(PY) -m bench.run
