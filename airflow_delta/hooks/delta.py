@@ -139,4 +139,4 @@ def mask_storage_options(options: Mapping[str, Any]) -> None:
         if isinstance(value, Mapping):
             mask_storage_options(value)
         elif value and any(marker in str(name).lower() for marker in SECRET_OPTION_MARKERS):
-            mask_secret(value, name)
+            mask_secret(value)  # by value: Airflow's own list of secret names is narrower

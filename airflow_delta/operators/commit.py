@@ -369,12 +369,12 @@ class DeltaCommitOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The table as the output dataset, with the committed version (OpenLineage)."""
-        from airflow.providers.common.compat.openlineage.facet import (
-            Dataset,
-            DatasetVersionDatasetFacet,
-            StorageDatasetFacet,
-        )
+        from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.generated.dataset_version_dataset import (
+            DatasetVersionDatasetFacet,
+        )
+        from openlineage.client.generated.storage_dataset import StorageDatasetFacet
 
         namespace, name = openlineage_dataset_name(self.table_uri)
         facets: dict[str, Any] = {

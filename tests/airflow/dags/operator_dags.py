@@ -149,3 +149,16 @@ with DAG(
         return version
 
     report_version()
+
+
+# -- a write to S3 (moto) through a `delta` connection ------------------------------------------
+
+with DAG("t_s3_write", schedule=None, start_date=START, catchup=False) as t_s3_write:
+    DeltaWriteOperator(
+        task_id="write",
+        table_uri=f"s3://{os.environ.get('AIRFLOW_DELTA_TEST_BUCKET', 'unset')}/events",
+        source="SELECT id, CAST(id % 3 AS STRING) AS p FROM range(30)",
+        partition_by=["p"],
+        delta_conn_id="delta_moto",
+        post_commit_hooks=["checkpoint"],
+    )
