@@ -427,4 +427,3 @@ def post_commit_hook(name: str) -> PostCommitHook:
         raise ValueError(
             f"Unknown post-commit hook {name!r}: use one of {', '.join(POST_COMMIT_HOOKS)}"
         ) from None
-

@@ -331,12 +331,8 @@ class DeltaCommitOperator(BaseOperator):
     def _log_result(self, result: dict[str, Any]) -> None:
         if result["skipped"]:
             log.info(
-                "Skipped: table %s already holds this write (app id %s, txn version %s), "
-                "committed by an earlier try of this task; nothing written. The table is at "
-                "version %s.",
-                self.table_uri,
-                result["app_id"],
-                result["txn_version"],
+                "Skipped: %s; nothing written. The table is at version %s.",
+                self.skip_reason(result),
                 result["version"],
             )
             return
@@ -352,6 +348,13 @@ class DeltaCommitOperator(BaseOperator):
         )
         for name, outcome in result["hooks"].items():
             log.info("Post-commit hook %s on version %s: %s", name, result["version"], outcome)
+
+    def skip_reason(self, result: dict[str, Any]) -> str:
+        """Why a commit was skipped, for the log."""
+        return (
+            f"table {self.table_uri} already holds this write (app id {result['app_id']}, txn "
+            f"version {result['txn_version']}), committed by an earlier try of this task"
+        )
 
     def _emit_asset_event(self, context: Context, result: dict[str, Any]) -> None:
         uri = table_asset_uri(self.table_uri)

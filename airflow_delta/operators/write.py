@@ -100,6 +100,14 @@ class DeltaWriteOperator(DeltaCommitOperator):
         self.table_properties = dict(table_properties or {})
         self.target_file_size = target_file_size
 
+    def skip_reason(self, result: dict[str, Any]) -> str:
+        if self.mode != "ignore":
+            return super().skip_reason(result)
+        return (
+            f"table {self.table_uri} exists and mode is 'ignore' (or an earlier try of this "
+            "task committed this write)"
+        )
+
     def commit_once(
         self, spark: SparkSession, context: Context, properties: CommitProperties
     ) -> CommitOutcome:

@@ -1,0 +1,281 @@
+"""DeltaTableVersionSensor: wait for a new version of a Delta table.
+
+The sensor compares the table's latest version with a baseline, resolved once per try:
+
+1. `baseline_version` when given (explicit);
+2. else the version the previous successful run of this task saw (its XCom), when that run
+   watched the same table;
+3. else the table's current version (-1 when the table does not exist yet: then its creation is
+   the change waited for).
+
+In reschedule mode `execute()` runs again for every poke: the first poke of a try keeps its
+baseline in the task state store (Airflow >= 3.3) and the later pokes read it back; without a
+task state store they use the version the table had when the try first poked (by commit time).
+A deferred sensor hands its baseline to `DeltaTableVersionTrigger`.
+
+When the table reaches a version after the baseline (and at least `target_version`), the sensor
+pushes the XCom `delta_table_version` = `{table, version, baseline, timestamp, operation,
+recreated}`, puts the same dict in the `extra` of the asset events of its outlets, and returns the
+version. A version below the baseline means the table was recreated: a change with
+`allow_recreation=True` (`recreated: True`), else `DeltaTableRecreatedError`. A recreated table
+that has already passed the baseline looks like an ordinary new version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue, TaskInstanceState
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.errors import TableNotFoundError, VersionNotFoundError
+from airflow_delta.hooks.delta import DeltaHook
+from airflow_delta.triggers.version import (
+    DeltaTableRecreatedError,
+    DeltaTableVersionTrigger,
+    current_version,
+    log_waiting,
+    poll_table_version,
+    version_event,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: XCom key of the provenance dict of the version the sensor found.
+XCOM_KEY = "delta_table_version"
+#: Task state store key of the baseline kept across the reschedules of a try.
+BASELINE_STATE_KEY = "delta_table_version_baseline"
+
+
+class DeltaTableVersionSensor(BaseSensorOperator):
+    """Waits until a Delta table has a version after a baseline.
+
+    :param table_uri: the table (local path, file://, s3://, ...). Templated.
+    :param target_version: wait until the version is at least this, too. Templated.
+    :param baseline_version: the version to compare with; default: the version the previous
+        successful run of this task saw, else the table's current version. Templated.
+    :param allow_recreation: a version below the baseline (the table was deleted and created
+        again) counts as a change; otherwise it fails the task with DeltaTableRecreatedError.
+    :param delta_conn_id: the `delta` connection with the storage options; None for none.
+    :param deferrable: wait in the triggerer (DeltaTableVersionTrigger) instead of a worker slot;
+        default: `[operators] default_deferrable`.
+    :param poke_interval: seconds between two checks (pokes, reschedules or trigger polls).
+
+    Other arguments (`mode`, `timeout`, `soft_fail`, ...) are BaseSensorOperator's. Declare
+    `outlets=[delta_table_asset(table_uri)]` to emit an asset event carrying the version.
+
+    Example::
+
+        DeltaTableVersionSensor(
+            task_id="wait_for_events",
+            table_uri="s3://lake/events",
+            delta_conn_id="delta_s3",
+            mode="reschedule",
+            poke_interval=300,
+            outlets=[delta_table_asset("s3://lake/events")],
+        )
+    """
+
+    template_fields = ("table_uri", "target_version", "baseline_version")
+    ui_color = "#cce8f4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        target_version: int | str | None = None,
+        baseline_version: int | str | None = None,
+        allow_recreation: bool = False,
+        delta_conn_id: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not table_uri:
+            raise ValueError(f"{self.task_id}: table_uri must not be empty")
+        self.table_uri = table_uri
+        self.target_version = target_version
+        self.baseline_version = baseline_version
+        self.allow_recreation = allow_recreation
+        self.delta_conn_id = delta_conn_id
+        self.deferrable = deferrable
+        if not _is_template(target_version) and not _is_template(baseline_version):
+            _check_versions(self.task_id, target_version, baseline_version)
+
+    @cached_property
+    def hook(self) -> DeltaHook:
+        """The hook of `delta_conn_id`."""
+        return DeltaHook(self.delta_conn_id)
+
+    @cached_property
+    def delta_log(self) -> DeltaLog:
+        """The DeltaLog of the (rendered) table."""
+        return self.hook.get_delta_log(self.table_uri)
+
+    def execute(self, context: Context) -> int | None:
+        """Resolve the baseline, then wait: poke, reschedule, or check once and defer."""
+        self._target, explicit = _check_versions(
+            self.task_id, self.target_version, self.baseline_version
+        )
+        self._baseline = explicit if explicit is not None else self._resolve_baseline(context)
+        if explicit is not None:
+            self.log.info(
+                "Baseline version %s for Delta table '%s': explicit baseline_version",
+                explicit,
+                self.table_uri,
+            )
+        if not self.deferrable:
+            return super().execute(context)
+        found = self.poke(context)
+        if found:
+            return found.xcom_value
+        self.defer(
+            trigger=DeltaTableVersionTrigger(
+                table_uri=self.table_uri,
+                baseline_version=self._baseline,
+                target_version=self._target,
+                delta_conn_id=self.delta_conn_id,
+                poll_interval=self.poke_interval,
+                allow_recreation=self.allow_recreation,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        """One check of the table against the baseline; done with the version as XCom value."""
+        check = poll_table_version(
+            self.delta_log, self._baseline, self._target, self.allow_recreation
+        )
+        if not check.done:
+            log_waiting(self.log, check)
+            return PokeReturnValue(False)
+        return PokeReturnValue(True, self._finish(context, version_event(self.delta_log, check)))
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> int:
+        """Resume after the trigger: finish with its version, or raise its error."""
+        if event.get("status") != "success":
+            message = f"{event.get('error_type')}: {event.get('message')}"
+            if event.get("error_type") == DeltaTableRecreatedError.__name__:
+                raise DeltaTableRecreatedError(event.get("message"))
+            raise AirflowException(
+                f"Waiting for a new version of Delta table '{self.table_uri}' failed: {message}"
+            )
+        return self._finish(context, event["event"])
+
+    def _finish(self, context: Context, found: Mapping[str, Any]) -> int:
+        """Log, push the XCom and set the outlet asset events' extra; the version found."""
+        if found["recreated"]:
+            self.log.info(
+                "Observed recreated Delta table '%s' at version %s (baseline: %s, operation: %s)",
+                found["table"],
+                found["version"],
+                found["baseline"],
+                found["operation"],
+            )
+        else:
+            self.log.info(
+                "Observed new Delta version %s (baseline: %s) for table '%s' (operation: %s)",
+                found["version"],
+                found["baseline"],
+                found["table"],
+                found["operation"],
+            )
+        context["ti"].xcom_push(key=XCOM_KEY, value=dict(found))
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra.update(found)
+        return int(found["version"])
+
+    def _resolve_baseline(self, context: Context) -> int:
+        """The baseline when none is given (see the module docstring); logs where it came from."""
+        reschedule_mode = self.reschedule and not self.deferrable
+        store = context.get("task_state_store") if reschedule_mode else None
+        first_poke = context.get("task_reschedule_count", 0) == 0
+        kept = store.get(BASELINE_STATE_KEY) if store is not None and not first_poke else None
+        if isinstance(kept, dict) and kept.get("table") == self.table_uri:
+            baseline, origin = int(kept["baseline"]), f"{kept['origin']}, kept since the first poke"
+        else:
+            baseline, origin = self._previous_run_baseline(context) or self._initial_baseline(
+                context, reschedule_mode and not first_poke
+            )
+            if store is not None and first_poke:
+                store.set(
+                    BASELINE_STATE_KEY,
+                    {"table": self.table_uri, "baseline": baseline, "origin": origin},
+                )
+        self.log.info(
+            "Baseline version %s for Delta table '%s': %s", baseline, self.table_uri, origin
+        )
+        return baseline
+
+    def _previous_run_baseline(self, context: Context) -> tuple[int, str] | None:
+        """The version the previous successful run of this task saw, if it watched this table."""
+        ti = context["ti"]
+        previous = ti.get_previous_ti(state=TaskInstanceState.SUCCESS, map_index=ti.map_index)
+        if previous is None:
+            return None
+        seen = ti.xcom_pull(
+            task_ids=self.task_id, key=XCOM_KEY, run_id=previous.run_id, map_indexes=ti.map_index
+        )
+        if not isinstance(seen, Mapping) or seen.get("table") != self.table_uri:
+            return None
+        return int(seen["version"]), f"the version seen by the previous run {previous.run_id}"
+
+    def _initial_baseline(self, context: Context, rescheduled: bool) -> tuple[int, str]:
+        """The table's version now, or (a reschedule with nothing kept) when the try began."""
+        if rescheduled:
+            began = context["ti"].get_first_reschedule_date(context)
+            if began is not None:
+                return version_at(self.delta_log, began), f"the table's version at {began}"
+        version = current_version(self.delta_log)
+        if version < 0:
+            return version, "the table does not exist yet: waiting for its creation"
+        return version, "the table's current version"
+
+
+def version_at(delta_log: DeltaLog, when: datetime) -> int:
+    """The table's version at `when`, by commit time (-1 when there was no table yet).
+
+    >>> version_at(DeltaLog.for_table("/data/events"), datetime(2024, 6, 1))  # doctest: +SKIP
+    7
+    """
+    try:
+        return delta_log.version_at_timestamp(when)
+    except (TableNotFoundError, VersionNotFoundError):
+        return -1
+
+
+def _is_template(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def _as_version(task_id: str, name: str, value: int | str | None) -> int | None:
+    """A version argument as an int (None stays None): a non-negative int or digit string."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(f"{task_id}: {name} must be a non-negative integer, got {value!r}")
+
+
+def _check_versions(
+    task_id: str, target_version: int | str | None, baseline_version: int | str | None
+) -> tuple[int | None, int | None]:
+    """(target, baseline) as ints; ValueError for a target not after an explicit baseline."""
+    target = _as_version(task_id, "target_version", target_version)
+    baseline = _as_version(task_id, "baseline_version", baseline_version)
+    if target is not None and baseline is not None and target <= baseline:
+        raise ValueError(
+            f"{task_id}: target_version {target} must be above baseline_version {baseline}: "
+            "the sensor waits for a version after the baseline"
+        )
+    return target, baseline
