@@ -62,6 +62,13 @@ class TableConfig:
         )
 
     @property
+    def set_transaction_retention_ms(self) -> int | None:
+        """`delta.setTransactionRetentionDuration`: how long app transactions (`txn`) are kept
+        after their `lastUpdated`; None (the default) keeps them forever."""
+        value = self.configuration.get("delta.setTransactionRetentionDuration")
+        return parse_interval_ms(value) if value else None
+
+    @property
     def log_retention_ms(self) -> int:
         """`delta.logRetentionDuration`: how long commit files are kept (default 30 days)."""
         return parse_interval_ms(

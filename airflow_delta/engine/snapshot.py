@@ -134,6 +134,21 @@ def _ranges(versions: list[int]) -> str:
     return ", ".join(out)
 
 
+def _unexpired(replay: InMemoryLogReplay) -> dict[str, SetTransaction]:
+    """The app transactions of the replay, without those older than the table's
+    `delta.setTransactionRetentionDuration` (by `lastUpdated`; entries without it stay)."""
+    metadata = replay.current_metadata
+    retention = TableConfig(metadata.configuration if metadata else {}).set_transaction_retention_ms
+    if retention is None:
+        return dict(replay.transactions)
+    oldest = int(time.time() * 1000) - retention
+    return {
+        app: txn
+        for app, txn in replay.transactions.items()
+        if txn.last_updated is None or txn.last_updated >= oldest
+    }
+
+
 class Snapshot:
     """The state of a table at one version: protocol, metadata, transactions and files."""
 
@@ -144,7 +159,7 @@ class Snapshot:
         self._replay = replay
         self.protocol: Protocol = replay.current_protocol_version  # type: ignore[assignment]
         self.metadata: Metadata = replay.current_metadata  # type: ignore[assignment]
-        self.set_transactions: dict[str, SetTransaction] = dict(replay.transactions)
+        self.set_transactions: dict[str, SetTransaction] = _unexpired(replay)
         self.domain_metadata: dict[str, DomainMetadata] = dict(replay.domain_metadata)
         self.commit_info = replay.last_commit_info
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -257,3 +259,39 @@ def test_in_commit_timestamps_are_monotonic(tmp_path) -> None:
     stamps = [commit_json(tmp_path, v)[0]["commitInfo"]["inCommitTimestamp"] for v in range(4)]
     assert stamps == sorted(stamps) and len(set(stamps)) == 4
     assert "inCommitTimestamp" in log.update().protocol.writer_features
+
+
+def test_app_transactions_expire_after_the_set_transaction_retention(tmp_path: Path) -> None:
+    """`delta.setTransactionRetentionDuration`: txn entries older than it (by lastUpdated) leave
+    the snapshot and the checkpoints; newer ones and those without lastUpdated stay."""
+    log = new_table(tmp_path / "t", **{"delta.setTransactionRetentionDuration": "interval 1 hour"})
+    now = int(time.time() * 1000)
+    log.start_transaction().commit(
+        [
+            SetTransaction("old", 3, now - 2 * 3600 * 1000),
+            SetTransaction("fresh", 4, now - 60 * 1000),
+            SetTransaction("undated", 5, None),
+        ],
+        APPEND,
+    )
+    assert log.update().transactions == {"fresh": 4, "undated": 5}
+    log.checkpoint()
+    (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").unlink()
+    assert log.update().transactions == {"fresh": 4, "undated": 5}
+    assert log.start_transaction().txn_version("old") == -1
+
+
+def test_commit_properties_carry_app_transactions_and_hooks(tmp_path: Path) -> None:
+    log = new_table(tmp_path / "t")
+    properties = CommitProperties(
+        app_transactions=[SetTransaction("etl", 7)], post_commit_hooks=["checkpoint"]
+    )
+    txn = log.start_transaction(properties=properties)
+    assert not txn.already_committed()
+    version = txn.commit([add("a")], APPEND)
+    assert txn.hook_results == {"checkpoint": "ok"}
+    assert (tmp_path / "t" / "_delta_log" / f"{version:020d}.checkpoint.parquet").exists()
+    assert log.update().transactions == {"etl": 7}
+    assert log.start_transaction(properties=properties).already_committed()
+    with pytest.raises(ValueError, match="Unknown post-commit hook 'vacuum'"):
+        log.start_transaction(properties=CommitProperties(post_commit_hooks=["vacuum"]))
