@@ -335,17 +335,13 @@ def write_checkpoint(
     rows_per_part = -(-n // parts)
     size_in_bytes = 0
     for i, name in enumerate(names):
-        sink = pa.BufferOutputStream()
-        pq.write_table(
+        size_in_bytes += store.write_parquet(
+            store.join(log_path, name),
             table.slice(i * rows_per_part, rows_per_part),
-            sink,
             compression="snappy",
             use_dictionary=False,  # paths and stats are unique: dictionaries only cost time
             write_statistics=False,  # no reader prunes checkpoint row groups by them
         )
-        data = sink.getvalue().to_pybytes()
-        size_in_bytes += len(data)
-        store.write(store.join(log_path, name), data, overwrite=True)
     result = CheckpointResult(version, parts, n, size_in_bytes, num_of_add_files)
     hint = read_last_checkpoint(store, log_path)
     if hint is None or hint.get("version", -1) <= version:

@@ -30,6 +30,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from airflow_delta.engine.errors import UnsupportedStorageError
@@ -90,6 +92,17 @@ class LogStore(ABC):
         also when a concurrent writer took it first. With `overwrite=True` the file is replaced
         (atomically where the filesystem allows it).
         """
+
+    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> int:
+        """Write `table` as a parquet file replacing `path`, whole-file atomically; its size.
+
+        `options` go to `pyarrow.parquet.write_table`.
+        """
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, **options)
+        data = sink.getvalue()
+        self.write(path, data.to_pybytes(), overwrite=True)
+        return data.size
 
     @abstractmethod
     def exists(self, path: str) -> bool:
@@ -152,6 +165,27 @@ class LocalLogStore(LogStore):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> int:
+        """Encode straight into a temporary file (no copy in memory), fsync it, then replace
+        `path` with it."""
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with pa.OSFile(tmp, "wb") as sink:
+                pq.write_table(table, sink, **options)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return size
 
     def exists(self, path: str) -> bool:
         """Whether `path` exists."""
