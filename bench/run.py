@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "B4": "b4_checkpoint",
     "B5": "b5_spark_write",
     "B6": "b6_merge",
+    "B7": "b7_sensor",
 }
 
 RESULTS = Path(__file__).resolve().parent / "results.json"

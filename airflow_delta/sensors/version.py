@@ -105,8 +105,11 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         self.allow_recreation = allow_recreation
         self.delta_conn_id = delta_conn_id
         self.deferrable = deferrable
-        if not _is_template(target_version) and not _is_template(baseline_version):
-            _check_versions(self.task_id, target_version, baseline_version)
+        _check_versions(  # templated values are checked once rendered, in execute()
+            self.task_id,
+            None if _is_template(target_version) else target_version,
+            None if _is_template(baseline_version) else baseline_version,
+        )
 
     @cached_property
     def hook(self) -> DeltaHook:
@@ -123,8 +126,10 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         self._target, explicit = _check_versions(
             self.task_id, self.target_version, self.baseline_version
         )
-        self._baseline = explicit if explicit is not None else self._resolve_baseline(context)
-        if explicit is not None:
+        if explicit is None:
+            self._baseline = self._resolve_baseline(context)
+        else:
+            self._baseline = explicit
             self.log.info(
                 "Baseline version %s for Delta table '%s': explicit baseline_version",
                 explicit,

@@ -76,6 +76,8 @@ class VersionCheck:
 
 def _commit_exists(delta_log: DeltaLog) -> Callable[[int], bool]:
     store = delta_log.store
+    # Some fsspec filesystems (gcsfs, adlfs) answer exists() from a cached directory listing.
+    store.fs.invalidate_cache(delta_log.log_path)
     return lambda v: store.exists(store.join(delta_log.log_path, filenames.delta_file(v)))
 
 
