@@ -98,7 +98,8 @@ class CommitProperties:
     :param app_transactions: idempotent-write markers (`SetTransaction(app_id, version)`)
         committed with the actions; `already_committed()` tells whether the table holds them.
     :param post_commit_hooks: hooks to run after the commit, by name (`"checkpoint"`,
-        `"symlink_manifest"`, `"log_cleanup"`) or as `PostCommitHook` objects, in that order.
+        `"symlink_manifest"`, `"log_cleanup"`) or as `PostCommitHook` objects, run in the
+        order given.
     """
 
     user_metadata: str | None = None

@@ -55,9 +55,7 @@ class DeltaHook(BaseHook):
     conn_type = "delta"
     hook_name = "Delta Lake"
 
-    def __init__(
-        self, delta_conn_id: str | None = default_conn_name, spark_conn_id: str | None = None
-    ) -> None:
+    def __init__(self, delta_conn_id: str | None = None, spark_conn_id: str | None = None) -> None:
         super().__init__()
         self.delta_conn_id = delta_conn_id
         self.spark_conn_id = spark_conn_id

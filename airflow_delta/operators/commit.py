@@ -107,7 +107,8 @@ class DeltaCommitOperator(BaseOperator):
     :param max_commit_attempts: how many times read + write + commit run when a concurrent
         commit conflicts (1 = never re-run).
     :param post_commit_hooks: hooks to run after the commit, any of "checkpoint",
-        "symlink_manifest", "log_cleanup" (in that order).
+        "symlink_manifest", "log_cleanup"; they run in that order whatever the order given
+        (log cleanup needs the new checkpoint).
     :param exactly_once: commit with an idempotent-write marker of this task instance, so a
         retry after a landed commit does nothing. Default True.
     :param txn_app_id: own app id of the marker instead of the task instance's. (templated)
@@ -195,7 +196,8 @@ class DeltaCommitOperator(BaseOperator):
         self.spark_conf = dict(spark_conf or {})
         self.isolation_level = isolation_level
         self.max_commit_attempts = max_commit_attempts
-        self.post_commit_hooks = list(post_commit_hooks)
+        order = list(POST_COMMIT_HOOKS)
+        self.post_commit_hooks = sorted(set(post_commit_hooks), key=order.index)
         self.exactly_once = exactly_once
         self.txn_app_id = txn_app_id
         self.txn_version = txn_version

@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator, is_templated
-from airflow_delta.spark.write import DEFAULT_TARGET_FILE_SIZE
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -35,7 +34,8 @@ class DeltaWriteOperator(DeltaCommitOperator):
     :param overwrite_schema: with mode="overwrite": replace schema and partitioning.
     :param table_properties: `delta.*` properties of a new table (e.g.
         `{"delta.checkpointInterval": "20"}`).
-    :param target_file_size: bytes per data file before a new one is started.
+    :param target_file_size: bytes per data file before a new one is started (default
+        128 MiB).
 
     Example::
 
@@ -65,7 +65,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
         merge_schema: bool = False,
         overwrite_schema: bool = False,
         table_properties: Mapping[str, str] | None = None,
-        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+        target_file_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         if mode.lower() not in MODES:
@@ -113,19 +113,23 @@ class DeltaWriteOperator(DeltaCommitOperator):
     ) -> CommitOutcome:
         from airflow_delta.spark.write import write_delta
 
+        partition_by = self.partition_by
+        if isinstance(partition_by, str):  # a rendered template: "day" or "day, country"
+            partition_by = [c.strip() for c in partition_by.split(",") if c.strip()]
+        extra = {"target_file_size": self.target_file_size} if self.target_file_size else {}
         result = write_delta(
             self.read_source(spark, context),
             self.table_uri,
             mode=self.mode,
-            partition_by=list(self.partition_by) if self.partition_by else None,
+            partition_by=list(partition_by) if partition_by else None,
             replace_where=self.replace_where or None,
             merge_schema=self.merge_schema,
             overwrite_schema=self.overwrite_schema,
             storage_options=self.hook.storage_options,
             partition_overwrite_mode=self.partition_overwrite_mode,
             configuration=self.table_properties or None,
-            target_file_size=self.target_file_size,
             commit_properties=properties,
+            **extra,
         )
         return CommitOutcome(
             result.version,
