@@ -59,6 +59,21 @@ def get_provider_info() -> dict[str, Any]:
                 "connection-type": "delta",
                 "hook-class-name": "airflow_delta.hooks.delta.DeltaHook",
                 "hook-name": "Delta Lake",
+                # The connection form (read by Airflow >= 3.2 instead of hook methods).
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port"],
+                    "relabeling": {
+                        "host": "Endpoint URL (S3-compatible stores, optional)",
+                        "login": "Access key ID (optional)",
+                        "password": "Secret access key (optional)",
+                        "extra": "Storage options (JSON, passed to fsspec)",
+                    },
+                    "placeholders": {
+                        "host": "http://minio:9000",
+                        "login": "AKIA...",
+                        "extra": '{"client_kwargs": {"region_name": "eu-west-1"}}',
+                    },
+                },
             }
         ],
     }

@@ -60,24 +60,6 @@ class DeltaHook(BaseHook):
         self.delta_conn_id = delta_conn_id
         self.spark_conn_id = spark_conn_id
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """The connection form: which fields show, what they are called, examples."""
-        return {
-            "hidden_fields": ["schema", "port"],
-            "relabeling": {
-                "host": "Endpoint URL (S3-compatible stores, optional)",
-                "login": "Access key ID (optional)",
-                "password": "Secret access key (optional)",
-                "extra": "Storage options (JSON, passed to fsspec)",
-            },
-            "placeholders": {
-                "host": "http://minio:9000",
-                "login": "AKIA...",
-                "extra": '{"client_kwargs": {"region_name": "eu-west-1"}}',
-            },
-        }
-
     @cached_property
     def storage_options(self) -> dict[str, Any]:
         """The fsspec storage options of the connection (empty without a connection)."""

@@ -127,6 +127,14 @@ def test_provider_is_registered_with_the_delta_connection_type(airflow_db) -> No
     assert by_type["delta"]["package_name"] == "airflow-delta"
 
 
+def test_connection_form_behaviour_is_read_by_airflow() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    behaviour = ProvidersManager().field_behaviours["delta"]
+    assert behaviour["hidden_fields"] == ["schema", "port"]
+    assert behaviour["relabeling"]["extra"] == "Storage options (JSON, passed to fsspec)"
+
+
 def test_provider_info_names_modules_that_import() -> None:
     import importlib
 
