@@ -225,7 +225,7 @@ def test_write_operator_commits_to_s3_through_a_delta_connection(
 ) -> None:
     """A `delta` connection (endpoint, keys) carries the storage options to the write."""
     from tests.airflow.conftest import load_dag
-    from tests.airflow.test_operators import task_states, xcoms
+    from tests.airflow.metadata import task_states, xcoms
 
     bucket, options = s3_bucket
     monkeypatch.setenv("AIRFLOW_DELTA_TEST_BUCKET", bucket)

@@ -14,6 +14,7 @@ import pytest
 
 from airflow_delta.engine.delta_log import DeltaLog
 from tests.airflow.conftest import TABLES_ROOT, airflow_command, load_dag
+from tests.airflow.metadata import asset_events, task_states, xcoms
 from tests.spark.test_write import deltalake_rows
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
@@ -28,52 +29,6 @@ def fresh_table(name: str) -> str:
 def rows(uri: str) -> list[dict[str, Any]]:
     """The table's rows as deltalake reads them (partition values included), sorted by id."""
     return sorted(deltalake_rows(uri), key=lambda r: r["id"])
-
-
-def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
-    """key -> value of the XComs a task of `dag_run` pushed."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        found = session.execute(
-            select(XComModel.key, XComModel.value).where(
-                XComModel.dag_id == dag_run.dag_id,
-                XComModel.run_id == dag_run.run_id,
-                XComModel.task_id == task_id,
-            )
-        ).all()
-    return {key: XComModel.deserialize_value(_Row(value)) for key, value in found}
-
-
-class _Row:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-def task_states(dag_run: Any) -> dict[str, str]:
-    return {
-        f"{ti.task_id}[{ti.map_index}]" if ti.map_index >= 0 else ti.task_id: ti.state
-        for ti in dag_run.get_task_instances()
-    }
-
-
-def asset_events(uri: str) -> list[dict[str, Any]]:
-    """The `extra` of the asset events of the asset `uri`, oldest first."""
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        return list(
-            session.scalars(
-                select(AssetEvent.extra)
-                .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-                .where(AssetModel.uri == uri)
-                .order_by(AssetEvent.id)
-            )
-        )
 
 
 def test_write_merge_checkpoint_pipeline() -> None:

@@ -38,6 +38,7 @@ from airflow_delta.triggers.version import (
     version_event,
 )
 from tests.airflow.conftest import TABLES_ROOT, load_dag
+from tests.airflow.metadata import asset_events, xcoms
 from tests.unit.txn_helpers import append, new_table
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -136,39 +137,11 @@ def ti_state_is(dag_id: str, state: str) -> Callable[[], bool]:
     return ready
 
 
-def xcoms(dag_run: Any, task_id: str = "wait") -> dict[str, Any]:
-    """key -> value of the XComs `task_id` of `dag_run` pushed."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        rows = session.execute(
-            select(XComModel.key, XComModel.value).where(
-                XComModel.dag_id == dag_run.dag_id,
-                XComModel.run_id == dag_run.run_id,
-                XComModel.task_id == task_id,
-            )
-        ).all()
-    return {key: json.loads(value) if isinstance(value, str) else value for key, value in rows}
-
-
 def asset_extras(dag_run: Any) -> list[dict[str, Any]]:
     """The `extra` of the asset events `dag_run` emitted for the sensed asset."""
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
     from tests.airflow.dags.sensor_dags import SENSED
 
-    with create_session() as session:
-        return list(
-            session.scalars(
-                select(AssetEvent.extra)
-                .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-                .where(AssetModel.uri == SENSED.uri, AssetEvent.source_run_id == dag_run.run_id)
-            )
-        )
+    return asset_events(SENSED.uri, dag_run.run_id)
 
 
 def ti_of(dag_run: Any) -> Any:
@@ -178,7 +151,7 @@ def ti_of(dag_run: Any) -> Any:
 def assert_found(dag_run: Any, table: str, version: int, baseline: int, recreated=False) -> None:
     """The run succeeded and reported `version` over `baseline` the same way everywhere."""
     assert ti_of(dag_run).state == "success", ti_of(dag_run).state
-    found = xcoms(dag_run)
+    found = xcoms(dag_run, "wait")
     event = found[XCOM_KEY]
     commit = DeltaLog.for_table(table).commit_info(version)
     assert commit is not None
@@ -320,7 +293,7 @@ class TestSensorRuns:
         ti = ti_of(dag_run)
         assert ti.state == "failed"
         assert ti.try_number == 1  # DeltaTableRecreatedError does not retry (retries=1)
-        assert XCOM_KEY not in xcoms(dag_run)
+        assert XCOM_KEY not in xcoms(dag_run, "wait")
         assert asset_extras(dag_run) == []
 
     def test_recreated_table_is_a_change_with_allow_recreation(self) -> None:

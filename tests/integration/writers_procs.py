@@ -241,8 +241,9 @@ def crash_writer(uri: str, seed: int, journal: str, markers: str, checkpoint_par
     """Commit forever: mostly 1-5 files, a quarter of the commits 2000 files (a long write).
 
     Writes `ready` to the `markers` file once started, then announces each commit (`C <n>`,
-    `V <version>` when it returned) and each file write to the log (`W <name> <bytes>`, `w`
-    when done; the writes themselves are the engine's), and journals each commit after it
+    `V <version>` when it returned) and each file write to the log (`W <name> <bytes>`, or
+    `W <name> <rows>` for a checkpoint part, `w` when done; the writes themselves are the
+    engine's), and journals each commit after it
     returns (`{"version", "n",
     "first"}`, one line, one write). With `checkpoint_parts` > 0 it also writes multi-part
     checkpoints of that part size (`K <version>` / `k`), besides the table's interval
@@ -265,7 +266,16 @@ def crash_writer(uri: str, seed: int, journal: str, markers: str, checkpoint_par
             write(path, data, overwrite)
             emit("w")
 
+        write_parquet = log.store.write_parquet
+
+        def announced_write_parquet(path: str, table: Any, **options: Any) -> int:
+            emit(f"W {os.path.basename(path)} {table.num_rows}")
+            size = write_parquet(path, table, **options)
+            emit("w")
+            return size
+
         log.store.write = announced_write  # type: ignore[method-assign]
+        log.store.write_parquet = announced_write_parquet  # type: ignore[method-assign]
         out = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         emit("ready")
         i = 0
