@@ -11,8 +11,9 @@ checkpoints hold file actions, so that no Python object is built per file on the
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -188,6 +189,39 @@ class Metadata(Action):
             created_time=created,
             extra=rest,
         )
+
+    @property
+    def column_mapping_mode(self) -> str:
+        """`delta.columnMapping.mode`: "none", "name" or "id"."""
+        return self.configuration.get("delta.columnMapping.mode", "none").lower()
+
+    def with_schema(self, schema: Mapping[str, Any]) -> Metadata:
+        """This metadata with `schema` (a schemaString object). Under column mapping, fields
+        without an id and a physical name get new ones and `delta.columnMapping.maxColumnId`
+        follows (existing fields keep theirs)."""
+        from airflow_delta.engine.schema import assign_column_mapping
+
+        configuration = self.configuration
+        if self.column_mapping_mode != "none":
+            key = "delta.columnMapping.maxColumnId"
+            schema, max_id = assign_column_mapping(schema, int(configuration.get(key, 0)))
+            configuration = {**configuration, key: str(max_id)}
+        text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+        return dataclasses.replace(self, schema_string=text, configuration=configuration)
+
+    @cached_property
+    def physical_partition_columns(self) -> list[str]:
+        """The keys of the files' `partitionValues`: the partition columns, by their physical
+        names when the table uses column mapping."""
+        if self.column_mapping_mode == "none":
+            return list(self.partition_columns)
+        fields = {f["name"]: f for f in json.loads(self.schema_string or "{}").get("fields", [])}
+        return [
+            fields[c].get("metadata", {}).get("delta.columnMapping.physicalName", c)
+            if c in fields
+            else c
+            for c in self.partition_columns
+        ]
 
     @cached_property
     def schema(self) -> pa.Schema:

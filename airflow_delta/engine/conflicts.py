@@ -116,7 +116,7 @@ class ConflictChecker:
         if protocol is None:
             return
         check_reader_support(protocol, self.current.table)
-        check_writer_support(protocol, self.current.table)
+        check_writer_support(protocol, self.current.table, self.winner.batch.metadata)
         self._fail(
             ProtocolChangedException,
             "The protocol version of the Delta table has been changed by a concurrent update. "

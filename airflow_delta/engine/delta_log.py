@@ -248,7 +248,8 @@ class DeltaLog:
     ) -> DeltaLog:
         """Create a table at `uri`: commit version 0 with its protocol and metadata.
 
-        The protocol is (1, 2) unless the configuration needs table features.
+        The protocol is (1, 2) unless the configuration needs table features. With
+        `delta.columnMapping.mode` set, every field gets a column mapping id and physical name.
         """
         delta_log = cls(uri, storage_options)
         txn = delta_log.start_transaction()
@@ -259,14 +260,14 @@ class DeltaLog:
             )
         metadata = Metadata(
             id=str(uuid.uuid4()),
-            schema_string=schema_to_json(schema),
+            schema_string=None,
             partition_columns=list(partition_columns),
             configuration=dict(configuration or {}),
             name=name,
             description=description,
             created_time=int(time.time() * 1000),
         )
-        txn.update_metadata_for_new_table(metadata)
+        txn.update_metadata_for_new_table(metadata.with_schema(json.loads(schema_to_json(schema))))
         operation = Operation(
             "CREATE TABLE",
             {

@@ -7,7 +7,7 @@ widening, variant, ...) are accepted here; the data plane decides for itself wha
 
 from __future__ import annotations
 
-from airflow_delta.engine.actions import Protocol
+from airflow_delta.engine.actions import Metadata, Protocol
 from airflow_delta.engine.errors import DeltaProtocolError
 
 MAX_READER_VERSION = 3
@@ -112,6 +112,7 @@ WRITER_FEATURES = frozenset(
         "inCommitTimestamp",
         "typeWidening",
         "typeWidening-preview",
+        "columnMapping",
     }
 )
 
@@ -139,20 +140,45 @@ def writer_features(protocol: Protocol) -> set[str]:
     }
 
 
-def check_writer_support(protocol: Protocol, table: str) -> None:
-    """Raise DeltaProtocolError unless this engine can commit to a table with `protocol`."""
+def check_writer_support(protocol: Protocol, table: str, metadata: Metadata | None = None) -> None:
+    """Raise DeltaProtocolError unless this engine can commit to a table with `protocol`.
+
+    With `metadata`, a legacy protocol (writer version < 7) only requires the features its
+    version implies that the table actually uses: a writer-5 table (column mapping) without
+    generated columns and without change data feed is writable.
+    """
     check_reader_support(protocol, table)
     if protocol.min_writer_version > MAX_WRITER_VERSION:
         raise DeltaProtocolError(
             f"Table {table} requires Delta writer version {protocol.min_writer_version}; "
             f"airflow-delta supports writer versions up to {MAX_WRITER_VERSION}."
         )
-    unsupported = sorted(writer_features(protocol) - WRITER_FEATURES)
+    required = writer_features(protocol)
+    if metadata is not None and protocol.min_writer_version < 7:
+        required -= _LEGACY_FEATURES_IN_USE_ONLY - _features_in_use(metadata)
+    unsupported = sorted(required - WRITER_FEATURES)
     if unsupported:
         raise DeltaProtocolError(
             f"Cannot write to table {table}: it requires writer features this engine does not "
             f"support: {', '.join(unsupported)}. Write to it with an engine that supports them."
         )
+
+
+#: Legacy writer features that bind a writer only when the table uses them.
+_LEGACY_FEATURES_IN_USE_ONLY = frozenset({"changeDataFeed", "generatedColumns", "identityColumns"})
+
+
+def _features_in_use(metadata: Metadata) -> set[str]:
+    """Which of the use-only legacy features the table's metadata uses."""
+    used = set()
+    if metadata.configuration.get("delta.enableChangeDataFeed", "false").lower() == "true":
+        used.add("changeDataFeed")
+    schema = metadata.schema_string or ""
+    if "delta.generationExpression" in schema:
+        used.add("generatedColumns")
+    if "delta.identity." in schema:
+        used.add("identityColumns")
+    return used
 
 
 #: Table properties that need a table feature, and the feature.

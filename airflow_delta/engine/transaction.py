@@ -67,6 +67,7 @@ from airflow_delta.engine.post_commit import (
 )
 from airflow_delta.engine.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.replay import parse_log_batch
+from airflow_delta.engine.schema import column_mapping_problems
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
@@ -235,6 +236,15 @@ class OptimisticTransaction:
         names = [f["name"] for f in schema.get("fields", [])]
         mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
         _check_names(names, mapping, self.table)
+        if mapping:
+            max_id = int(metadata.configuration.get("delta.columnMapping.maxColumnId", 0))
+            problems = column_mapping_problems(schema, max_id)
+            if problems:
+                raise InvalidCommitError(
+                    f"Table {self.table} uses column mapping "
+                    f"(delta.columnMapping.mode={metadata.column_mapping_mode}), but its new "
+                    "schema is not mapped: " + "; ".join(problems)
+                )
         top = {f["name"]: f["type"] for f in schema.get("fields", [])}
         for column in metadata.partition_columns:
             if column not in top:
@@ -354,7 +364,7 @@ class OptimisticTransaction:
             )
         protocol = protocols[0] if protocols else self.snapshot.protocol
         metadata = metadatas[0] if metadatas else self.snapshot.metadata
-        check_writer_support(protocol, self.table)
+        check_writer_support(protocol, self.table, metadata)
         self._check_file_actions(prepared, metadata)
         app_ids = [a.app_id for a in prepared if isinstance(a, SetTransaction)]
         if len(app_ids) != len(set(app_ids)):
@@ -371,7 +381,7 @@ class OptimisticTransaction:
         return prepared
 
     def _check_file_actions(self, actions: Sequence[Action], metadata: Metadata) -> None:
-        columns = set(metadata.partition_columns)
+        columns = set(metadata.physical_partition_columns)
         if TableConfig(metadata.configuration).append_only:
             removing = [a.path for a in actions if isinstance(a, RemoveFile) and a.data_change]
             if removing:

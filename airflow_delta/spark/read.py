@@ -264,7 +264,7 @@ class _TableLayout:
                 raise CorruptLogError(f"Table {table}: partition column {column!r} not in schema")
             key = column
             if mode != "none":
-                key = _physical_name(field["name"], field.get("metadata") or {}, table)
+                key = physical_name(field["name"], field.get("metadata") or {}, table)
             partition_fields[field["name"]] = key
         for field in fields:
             _check_type_changes(field, table)
@@ -308,18 +308,18 @@ class _TableLayout:
     def _name_in_file(self, field: dict[str, Any]) -> str:
         if not self.column_mapping:
             return field["name"]
-        return _physical_name(field["name"], field.get("metadata") or {}, self.table)
+        return physical_name(field["name"], field.get("metadata") or {}, self.table)
 
     def _physical(self, data_type: T.DataType) -> T.DataType:
         """`data_type` as the files hold it: physical nested names, no metadata, nullable."""
         if not self.column_mapping:
-            return _plain(data_type)
-        return _plain(data_type, lambda f: _physical_name(f.name, f.metadata, self.table))
+            return plain_type(data_type)
+        return plain_type(data_type, lambda f: physical_name(f.name, f.metadata, self.table))
 
     def output_fields(self) -> list[T.StructField]:
         """The logical columns, in schema order (void columns dropped), all nullable."""
         return [
-            T.StructField(sf.name, _plain(sf.dataType), True)
+            T.StructField(sf.name, plain_type(sf.dataType), True)
             for sf in self.spark_schema.fields
             if not isinstance(sf.dataType, T.NullType)
         ]
@@ -358,7 +358,7 @@ def _table_root(snapshot: Snapshot) -> _Location:
     return _Location(urlsplit(snapshot.table_uri).scheme.lower(), authority, "/" + path)
 
 
-def _physical_name(name: str, metadata: Mapping[str, Any], table: str) -> str:
+def physical_name(name: str, metadata: Mapping[str, Any], table: str) -> str:
     physical = metadata.get(_PHYSICAL_NAME)
     if not isinstance(physical, str) or not physical:
         raise CorruptLogError(
@@ -367,20 +367,20 @@ def _physical_name(name: str, metadata: Mapping[str, Any], table: str) -> str:
     return physical
 
 
-def _plain(data_type: T.DataType, rename: Callable[[T.StructField], str] | None = None) -> Any:
+def plain_type(data_type: T.DataType, rename: Callable[[T.StructField], str] | None = None) -> Any:
     """`data_type` without metadata and all nullable (as Spark's file sources return data),
     struct fields at any depth renamed by `rename` when given."""
     if isinstance(data_type, T.StructType):
         return T.StructType(
             [
-                T.StructField(rename(f) if rename else f.name, _plain(f.dataType, rename), True)
+                T.StructField(rename(f) if rename else f.name, plain_type(f.dataType, rename), True)
                 for f in data_type.fields
             ]
         )
     if isinstance(data_type, T.ArrayType):
-        return T.ArrayType(_plain(data_type.elementType, rename), True)
+        return T.ArrayType(plain_type(data_type.elementType, rename), True)
     if isinstance(data_type, T.MapType):
-        key, value = _plain(data_type.keyType, rename), _plain(data_type.valueType, rename)
+        key, value = plain_type(data_type.keyType, rename), plain_type(data_type.valueType, rename)
         return T.MapType(key, value, True)
     return data_type
 

@@ -50,15 +50,18 @@ from pyspark.sql import types as T
 
 from airflow_delta.engine.actions import AddFile, Metadata, Operation, SetTransaction
 from airflow_delta.engine.delta_log import DeltaLog
-from airflow_delta.engine.errors import DeltaError, DeltaProtocolError, TableAlreadyExistsError
+from airflow_delta.engine.errors import DeltaError, TableAlreadyExistsError
 from airflow_delta.engine.features import check_writer_support
 from airflow_delta.engine.log_store import get_log_store
 from airflow_delta.engine.schema import (
+    COLUMN_MAPPING_ID,
+    COLUMN_MAPPING_PHYSICAL_NAME,
     delta_field_metadata,
     partition_path,
     serialize_partition_value,
 )
 from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.spark.read import physical_name, plain_type
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
 #: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
@@ -328,7 +331,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 100 else text[:100] + "..."
 
 
-def _check_batch(checks: Sequence[Constraint], batch: pa.RecordBatch) -> None:
+def _check_batch(
+    checks: Sequence[Constraint], batch: pa.RecordBatch, physical_names: Mapping[str, str]
+) -> None:
     """Raise _TaskViolation for the first row of `batch` that violates a constraint."""
     flags = batch.column(_VIOLATION_COLUMN)
     if flags.null_count == len(flags):
@@ -336,7 +341,9 @@ def _check_batch(checks: Sequence[Constraint], batch: pa.RecordBatch) -> None:
     row = pc.indices_nonzero(pc.is_valid(flags))[0].as_py()
     check = checks[flags[row].as_py()]
     values = batch.slice(row, 1).to_pylist()[0]
-    shown = "".join(f"\n - {c} : {_shown(values[c])}" for c in check.columns)
+    shown = "".join(
+        f"\n - {c} : {_shown(values[physical_names.get(c, c)])}" for c in check.columns
+    )
     message = f"{check.message} violated by row with values:{shown}"
     payload = {"message": message, "constraint": check.name, "expression": check.expression}
     raise _TaskViolation(
@@ -347,16 +354,29 @@ def _check_batch(checks: Sequence[Constraint], batch: pa.RecordBatch) -> None:
 # --------------------------------------------------------------------------- stats
 
 
-def _nullable_arrow(t: pa.DataType) -> pa.DataType:
-    """`t` with every nested field nullable and no field metadata (as data files are written)."""
+def _file_field(f: pa.Field, column_mapping: bool) -> pa.Field:
+    """A table schema field as data files hold it: nullable at every depth, no Delta metadata;
+    with column mapping, named by its physical name and carrying its id as parquet field id."""
+    metadata = delta_field_metadata(f) if column_mapping else {}
+    name = metadata.get(COLUMN_MAPPING_PHYSICAL_NAME, f.name)
+    field_id = metadata.get(COLUMN_MAPPING_ID)
+    return pa.field(
+        name,
+        _file_type(f.type, column_mapping),
+        metadata={b"PARQUET:field_id": str(field_id).encode()} if field_id is not None else None,
+    )
+
+
+def _file_type(t: pa.DataType, column_mapping: bool) -> pa.DataType:
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _nullable_arrow(f.type)) for f in t])
+        return pa.struct([_file_field(f, column_mapping) for f in t])
     if pa.types.is_map(t):
         return pa.map_(
-            t.key_field.remove_metadata(), pa.field("value", _nullable_arrow(t.item_type))
+            t.key_field.remove_metadata().with_type(_file_type(t.key_type, column_mapping)),
+            pa.field("value", _file_type(t.item_type, column_mapping)),
         )
     if pa.types.is_list(t):
-        return pa.list_(pa.field(t.value_field.name, _nullable_arrow(t.value_type)))
+        return pa.list_(pa.field(t.value_field.name, _file_type(t.value_type, column_mapping)))
     return t
 
 
@@ -501,6 +521,8 @@ class _WritePlan:
     target_file_size: int
     num_indexed_cols: int
     checks: tuple[Constraint, ...]
+    #: column -> the name it has in the written rows (its physical name under column mapping)
+    physical_names: dict[str, str]
 
 
 @dataclass
@@ -637,7 +659,7 @@ def _write_task(plan: _WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator
             if not batch.num_rows:
                 continue
             if plan.checks:
-                _check_batch(plan.checks, batch)
+                _check_batch(plan.checks, batch, plan.physical_names)
             for values, table in _partition_runs(plan, batch):
                 writer.add(values, table)
         rows = writer.finish()
@@ -661,13 +683,31 @@ def _collect(data: DataFrame) -> list[Row]:
 
 def _check_writable(txn: OptimisticTransaction) -> None:
     """Refuse tables whose features the Spark writer cannot honour (before writing anything)."""
-    mode = txn.metadata.configuration.get("delta.columnMapping.mode", "none")
-    if mode.lower() != "none":
-        raise DeltaProtocolError(
-            f"Cannot write to table {txn.table}: it uses column mapping "
-            f"(delta.columnMapping.mode={mode}), which the Spark writer does not support."
-        )
-    check_writer_support(txn.protocol, txn.table)
+    check_writer_support(txn.protocol, txn.table, txn.metadata)
+
+
+def _physical_names(schema_json: Mapping[str, Any], table: str) -> dict[str, str]:
+    """Top-level column -> its column mapping physical name."""
+    return {
+        f["name"]: physical_name(f["name"], f.get("metadata") or {}, table)
+        for f in schema_json["fields"]
+    }
+
+
+def _to_physical(data: DataFrame, schema_json: Mapping[str, Any], table: str) -> DataFrame:
+    """`data` (the table's columns, logical names) with the physical names of column mapping,
+    nested struct fields included (Spark casts structs by position)."""
+    target = T.StructType.fromJson(dict(schema_json))
+
+    def rename(f: T.StructField) -> str:
+        return physical_name(f.name, f.metadata, table)
+
+    columns = [
+        F.col(_quote(f.name)).cast(plain_type(f.dataType, rename)).alias(rename(f))
+        for f in target.fields
+    ]
+    extra = [F.col(c) for c in data.columns if c == _VIOLATION_COLUMN]
+    return data.select(*columns, *extra)
 
 
 def write_files(
@@ -712,6 +752,10 @@ def write_files(
     if columns:
         keys = [F.col(_quote(c)) for c in columns]
         data = data.repartition(*keys).sortWithinPartitions(*keys)
+    column_mapping = metadata.column_mapping_mode != "none"
+    physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
+    if column_mapping:
+        data = _to_physical(data, schema_json, txn.table)
     table_schema = metadata.schema
     plan = _WritePlan(
         uri=txn.delta_log.table_uri,
@@ -720,19 +764,16 @@ def write_files(
             txn.delta_log.storage_options if storage_options is None else storage_options
         ),
         data_schema=pa.schema(
-            [
-                pa.field(f.name, _nullable_arrow(f.type))
-                for f in table_schema
-                if f.name not in columns
-            ]
+            [_file_field(f, column_mapping) for f in table_schema if f.name not in columns]
         ),
-        partition_columns=columns,
+        partition_columns=tuple(metadata.physical_partition_columns),
         partition_types=tuple(types[c] for c in columns),
         target_file_size=target_file_size,
         num_indexed_cols=int(
             metadata.configuration.get("delta.dataSkippingNumIndexedCols", DEFAULT_NUM_INDEXED_COLS)
         ),
         checks=checks,
+        physical_names=physical_names,
     )
     rows = _collect(data.mapInArrow(functools.partial(_write_task, plan), _FILE_ROW_DDL))
     return [
@@ -783,24 +824,21 @@ def _prepare_metadata(
             f"{list(partition_by)}; overwrite with overwrite_schema=True to change it"
         )
     if not exists or replace_schema:
-        schema_string = _compact(_nullable_json(df.schema.jsonValue()))
+        schema = _nullable_json(df.schema.jsonValue())
         columns = _column_names(partition_by or [], df)
         if exists:
             txn.update_metadata(
-                dataclasses.replace(
-                    txn.metadata, schema_string=schema_string, partition_columns=columns
-                )
+                dataclasses.replace(txn.metadata, partition_columns=columns).with_schema(schema)
             )
         else:
-            txn.update_metadata_for_new_table(
-                Metadata(
-                    id=str(uuid.uuid4()),
-                    schema_string=schema_string,
-                    partition_columns=columns,
-                    configuration=dict(configuration or {}),
-                    created_time=int(time.time() * 1000),
-                )
+            metadata = Metadata(
+                id=str(uuid.uuid4()),
+                schema_string=None,
+                partition_columns=columns,
+                configuration=dict(configuration or {}),
+                created_time=int(time.time() * 1000),
             )
+            txn.update_metadata_for_new_table(metadata.with_schema(schema))
     elif merge_schema:
         schema = json.loads(txn.metadata.schema_string or "{}")
         known = {f["name"].lower() for f in schema["fields"]}
@@ -811,16 +849,18 @@ def _prepare_metadata(
         ]
         if added:
             widened = {**schema, "fields": [*schema["fields"], *added]}
-            txn.update_metadata(dataclasses.replace(txn.metadata, schema_string=_compact(widened)))
+            txn.update_metadata(txn.metadata.with_schema(widened))
+
 
 
 def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _partitions_predicate(columns: Sequence[str], adds: Sequence[AddFile]) -> str | None:
+def _partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | None:
     """A predicate selecting exactly the partitions `adds` wrote to (None for none)."""
-    keys = sorted({tuple(a.partition_values.get(c) for c in columns) for a in adds}, key=str)
+    columns, keys_in_files = metadata.partition_columns, metadata.physical_partition_columns
+    keys = sorted({tuple(a.partition_values.get(c) for c in keys_in_files) for a in adds}, key=str)
     terms = [
         " AND ".join(
             f"{_quote(c)} IS NULL" if v is None else f"{_quote(c)} = {_sql_string(v)}"
@@ -923,7 +963,7 @@ def write_delta(
         constraints=constraints,
     )
     if dynamic_overwrite:
-        predicate = _partitions_predicate(columns, adds)
+        predicate = _partitions_predicate(txn.metadata, adds)
         removed = txn.filter_files(predicate) if predicate is not None else []
     now = int(time.time() * 1000)
     actions: list[Any] = [f.remove(now) for f in removed]

@@ -528,7 +528,11 @@ def test_overwrite_schema_replaces_schema_and_partitioning(spark: SparkSession, 
     assert_rows(table, new)
 
 
-def test_column_mapping_tables_are_refused(spark: SparkSession, table: str) -> None:
+def test_legacy_writer_5_table_with_change_data_feed_is_refused(
+    spark: SparkSession, table: str
+) -> None:
+    """Writer version 5 implies change data feed: refused when the table turns it on (this
+    writer does not write CDC files); without it the table is writable (test_column_mapping)."""
     field = {
         "name": "id",
         "type": "long",
@@ -543,6 +547,7 @@ def test_column_mapping_tables_are_refused(spark: SparkSession, table: str) -> N
         "configuration": {
             "delta.columnMapping.mode": "name",
             "delta.columnMapping.maxColumnId": "1",
+            "delta.enableChangeDataFeed": "true",
         },
     }
     log = Path(table, "_delta_log")
@@ -553,7 +558,7 @@ def test_column_mapping_tables_are_refused(spark: SparkSession, table: str) -> N
         + json.dumps({"metaData": metadata})
         + "\n"
     )
-    with pytest.raises(DeltaProtocolError, match="column mapping"):
+    with pytest.raises(DeltaProtocolError, match="changeDataFeed"):
         write_delta(spark.createDataFrame([(1,)], "id long"), table)
     assert parquet_files(table) == set()
     assert DeltaLog.for_table(table).update().version == 0
