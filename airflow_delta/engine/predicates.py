@@ -373,8 +373,30 @@ class _Compare:
         if self.op == "<=>":
             both_valid = pc.and_(pc.is_valid(left), pc.is_valid(right))
             both_null = pc.and_(pc.is_null(left), pc.is_null(right))
-            return pc.if_else(both_valid, pc.equal(left, right), both_null)
-        return _COMPARISONS[self.op](left, right)
+            return pc.if_else(both_valid, _compare("=", left, right), both_null)
+        return _compare(self.op, left, right)
+
+
+def _is_nan(value: Result) -> Result:
+    return pc.is_nan(value) if pa.types.is_floating(value.type) else _FALSE
+
+
+def _compare(op: str, left: Result, right: Result) -> Result:
+    """`left op right` as Spark SQL compares: for floating point, NaN equals NaN and is above
+    every other value (so a partition `c = 'NaN'` matches NaN partition values)."""
+    if not (pa.types.is_floating(left.type) or pa.types.is_floating(right.type)):
+        return _COMPARISONS[op](left, right)
+    left_nan, right_nan = _is_nan(left), _is_nan(right)
+    if op in ("=", "!="):
+        equal = pc.or_(pc.equal(left, right), pc.and_(left_nan, right_nan))
+        return equal if op == "=" else pc.invert(equal)
+    if op == "<":
+        return pc.or_(pc.less(left, right), pc.and_(pc.invert(left_nan), right_nan))
+    if op == "<=":
+        return pc.or_(pc.less_equal(left, right), right_nan)
+    if op == ">":
+        return pc.or_(pc.greater(left, right), pc.and_(left_nan, pc.invert(right_nan)))
+    return pc.or_(pc.greater_equal(left, right), left_nan)
 
 
 @dataclass(frozen=True)

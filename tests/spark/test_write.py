@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,6 +213,22 @@ def test_dynamic_partition_overwrite(spark: SparkSession, table: str) -> None:
     assert result.metrics["numRemovedFiles"] == 1  # only partition a had files
     assert commit_info(table, 1)["operationParameters"]["partitionOverwriteMode"] == "dynamic"
     assert_rows(table, [r for r in ROWS if r["p"] != "a"] + new)
+
+
+def test_dynamic_overwrite_replaces_nan_partitions(spark: SparkSession, table: str) -> None:
+    """A NaN partition value is one partition (Spark: NaN = NaN): overwriting it dynamically
+    removes its old files, like any other partition's."""
+    rows = (
+        "SELECT id, CASE WHEN id % 2 = 0 THEN CAST('NaN' AS DOUBLE) ELSE 1.5 END AS f "
+        "FROM range(6)"
+    )
+    write_delta(spark.sql(rows), table, partition_by=["f"])
+    new = spark.sql("SELECT 100L AS id, CAST('NaN' AS DOUBLE) AS f")
+    result = write_delta(new, table, mode="overwrite", partition_overwrite_mode="dynamic")
+    assert result.metrics["numRemovedFiles"] == 1
+    found = sorted((r["id"], r["f"]) for r in deltalake_rows(table))
+    assert [i for i, _ in found] == [1, 3, 5, 100]
+    assert math.isnan(found[-1][1]) and found[0][1] == 1.5
 
 
 def test_error_and_ignore_modes(spark: SparkSession, table: str) -> None:

@@ -452,3 +452,30 @@ def test_evaluation_does_not_import_pandas() -> None:
         "print('pandas' in sys.modules)\n"
     )
     assert not imports_pandas(script)
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ("f = 'NaN'", [False, True, False, False]),
+        ("f <=> 'NaN'", [False, True, False, False]),
+        ("f != 'NaN'", [True, False, True, False]),
+        ("f > 1e308", [False, True, True, False]),
+        ("f < 'NaN'", [True, False, True, False]),
+        ("f >= 'NaN'", [False, True, False, False]),
+        ("f <= 2.5", [True, False, False, False]),
+        ("f IN ('NaN')", [False, True, False, False]),
+    ],
+)
+def test_floating_point_partitions_compare_as_spark_does(
+    predicate: str, expected: list[bool]
+) -> None:
+    """NaN equals NaN and sorts above every other value (+inf included), as in Spark SQL; a
+    null partition value never matches a comparison."""
+    values = pa.array(["1.5", "NaN", "Infinity", None])
+    files = pa.StructArray.from_arrays(
+        [pa.MapArray.from_arrays([0, 1, 2, 3, 4], pa.array(["f"] * 4), values)],
+        names=["partitionValues"],
+    )
+    parsed = PartitionPredicate.parse(predicate, {"f": "double"})
+    assert parsed.evaluate(files).to_pylist() == expected
