@@ -268,12 +268,11 @@ class DeltaCommitOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         properties = self.commit_properties(context)
-        spark = self.hook.get_spark_session(config_kwargs=self.spark_conf)
         conflicts: list[dict[str, Any]] = []
         attempts = 0
         for run in range(1, self.max_commit_attempts + 1):
             try:
-                outcome = self.commit_once(spark, context, properties)
+                outcome = self._commit_once_unless_committed(context, properties)
                 break
             except RETRYABLE_CONFLICTS as exc:
                 attempts += 1
@@ -304,6 +303,18 @@ class DeltaCommitOperator(BaseOperator):
         context["ti"].xcom_push(key=XCOM_KEY, value=result)
         self.result = result
         return result
+
+    def _commit_once_unless_committed(
+        self, context: Context, properties: CommitProperties
+    ) -> CommitOutcome:
+        """`commit_once`, unless the table already holds this write's exactly-once marker: then
+        neither Spark nor the source is touched (the write path checks the marker again)."""
+        if properties.app_transactions:
+            delta_log = self.hook.get_delta_log(self.table_uri)
+            if delta_log.start_transaction(properties=properties).already_committed():
+                return CommitOutcome(None, 0, {}, [], {})
+        spark = self.hook.get_spark_session(config_kwargs=self.spark_conf)
+        return self.commit_once(spark, context, properties)
 
     def _result(
         self,

@@ -76,6 +76,8 @@ def test_write_merge_checkpoint_pipeline() -> None:
 
 def test_retry_after_landed_commit_writes_once() -> None:
     uri = fresh_table("retried")
+    calls = TABLES_ROOT / "retried.calls.log"
+    calls.unlink(missing_ok=True)
     dag_run = load_dag("t_retry").test()
     assert task_states(dag_run) == {"write": "success"}
     tis = dag_run.get_task_instances()
@@ -84,6 +86,7 @@ def test_retry_after_landed_commit_writes_once() -> None:
     assert DeltaLog.for_table(uri).latest_version() == 0
     result = xcoms(dag_run, "write")["return_value"]
     assert result["skipped"] is True and result["version"] == 0 and result["attempts"] == 0
+    assert calls.read_text() == "try 1\n"  # the retry found the marker before the source
 
 
 def test_asset_scheduled_dag_sees_the_committed_version() -> None:

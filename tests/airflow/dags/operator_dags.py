@@ -67,11 +67,18 @@ class FailAfterCommitOperator(DeltaWriteOperator):
         return result
 
 
+def counted_rows(spark: Any, context: Any) -> Any:
+    """The rows of ROWS; each call leaves a line in `calls.log` next to the table."""
+    with open(ROOT / "retried.calls.log", "a") as calls:
+        calls.write(f"try {context['ti'].try_number}\n")
+    return spark.sql(ROWS)
+
+
 with DAG("t_retry", schedule=None, start_date=START, catchup=False) as t_retry:
     FailAfterCommitOperator(
         task_id="write",
         table_uri=table("retried"),
-        source=ROWS,
+        source=counted_rows,
         retries=2,
         retry_delay=dt.timedelta(0),
     )
