@@ -573,7 +573,14 @@ def _deleted_rows(
             )
             path = location.fs_path
             if path not in contents:
-                contents[path] = fs.cat_file(path)
+                try:
+                    contents[path] = fs.cat_file(path)
+                except FileNotFoundError:
+                    raise CorruptLogError(
+                        f"Table {snapshot.table_uri} version {snapshot.version}: the deletion "
+                        f"vector file {path} is missing (deleted by a VACUUM with too short a "
+                        "retention, or copied without it). Restore it, or read an older version."
+                    ) from None
             data = dvs.dv_bytes_from_file(contents[path], dv["offset"] or 1, size, path)
         else:
             raise DeltaProtocolError(
