@@ -384,7 +384,8 @@ class DeltaCommitOperator(BaseOperator):
     # -- OpenLineage (imported only when the OpenLineage provider asks) ------------------------
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """The table as the output dataset, with the committed version (OpenLineage)."""
+        """The table as the output dataset, with the committed version, and a path source
+        (`source_format`) as the input dataset (OpenLineage)."""
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
         from openlineage.client.generated.dataset_version_dataset import (
@@ -400,7 +401,13 @@ class DeltaCommitOperator(BaseOperator):
             facets["version"] = DatasetVersionDatasetFacet(
                 datasetVersion=str(self.result["version"])
             )
-        return OperatorLineage(outputs=[Dataset(namespace=namespace, name=name, facets=facets)])
+        inputs = []
+        if self.source_format is not None and self.source:
+            source_namespace, source_name = openlineage_dataset_name(self.source)
+            inputs.append(Dataset(namespace=source_namespace, name=source_name))
+        return OperatorLineage(
+            inputs=inputs, outputs=[Dataset(namespace=namespace, name=name, facets=facets)]
+        )
 
 
 def openlineage_dataset_name(table_uri: str) -> tuple[str, str]:

@@ -217,6 +217,12 @@ def test_openlineage_facets_name_the_table_and_the_version() -> None:
     assert dataset.facets["version"].datasetVersion == "7"
     assert dataset.facets["storage"].storageLayer == "delta"
     assert openlineage_dataset_name("/data/events") == ("file", "/data/events")
+    assert lineage.inputs == []
+    from_path = DeltaWriteOperator(
+        task_id="p", table_uri="/data/t", source="s3://landing/day=1/", source_format="json"
+    )
+    (source,) = from_path.get_openlineage_facets_on_complete(None).inputs
+    assert (source.namespace, source.name) == ("s3://landing", "day=1")
 
 
 @pytest.mark.s3
