@@ -249,3 +249,40 @@ def test_write_operator_commits_to_s3_through_a_delta_connection(
     assert result["version"] == 0 and result["hooks"] == {"checkpoint": "ok"}
     snapshot = DeltaLog.for_table(f"s3://{bucket}/events", options).update()
     assert snapshot.version == 0 and snapshot.num_records == 30
+
+
+def test_checkpoint_operator_vacuums_and_refuses_a_short_retention(tmp_path) -> None:
+    """The maintenance steps of DeltaCheckpointOperator (its `execute` needs no context)."""
+    from airflow_delta.engine.vacuum import VacuumRetentionError
+    from airflow_delta.operators.checkpoint import DeltaCheckpointOperator
+    from tests.unit.test_vacuum import OLD_UNREFERENCED, build_table
+
+    root, delta_log = build_table(tmp_path)
+    version = delta_log.update().version
+
+    def run(**kwargs: Any) -> dict[str, Any]:
+        return DeltaCheckpointOperator(task_id="c", table_uri=str(root), **kwargs).execute({})
+
+    with pytest.raises(VacuumRetentionError):
+        run(vacuum_retention_hours=1)
+    result = run(vacuum_retention_hours=168)
+    assert (result["version"], result["parts"], result["cleaned"]) == (version, 1, 0)
+    assert result["vacuumed"] == len(OLD_UNREFERENCED) and result["vacuumed_bytes"] > 0
+    assert not any((root / f).exists() for f in OLD_UNREFERENCED)
+    assert delta_log.update().log_segment.checkpoint_version == version
+
+
+def test_merge_clauses_can_be_a_builder_callable() -> None:
+    from airflow_delta.operators.merge import apply_clauses
+    from airflow_delta.spark.merge import DeltaMergeBuilder
+
+    builder = DeltaMergeBuilder("/tmp/t", None, "t.id = s.id")  # type: ignore[arg-type]
+    built = apply_clauses(builder, lambda b: b.when_matched_delete("s.gone"))
+    assert built is builder and [(c.kind, c.action) for c in builder.clauses] == [
+        ("matched", "delete")
+    ]
+    as_data = DeltaMergeBuilder("/tmp/t", None, "t.id = s.id")  # type: ignore[arg-type]
+    apply_clauses(as_data, [{"when": "not_matched", "then": "insert_all", "condition": "s.ok"}])
+    assert [(c.kind, c.action, c.condition) for c in as_data.clauses] == [
+        ("notMatched", "insert", "s.ok")
+    ]
