@@ -133,7 +133,7 @@ def test_golden_log_only_refusals(spark: SparkSession, table_dir: str) -> None:
 
 
 def test_templated_dv_table_needs_its_folder(spark: SparkSession) -> None:
-    with pytest.raises(CorruptLogError, match="deletion vector file .* is missing"):
+    with pytest.raises(CorruptLogError, match=r"deletion vector file .* is missing"):
         read_delta(spark, str(TABLES / "delta__spark__table-with-dv-special-char"))
 
 
