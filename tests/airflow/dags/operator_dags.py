@@ -87,19 +87,33 @@ with DAG("t_retry", schedule=None, start_date=START, catchup=False) as t_retry:
 # -- concurrent DAG runs (run in two processes at once by the test) ----------------------------
 
 
+def _wait_for_all(sync: Path, name: str, me: str, parties: int = 2) -> None:
+    """Leave a marker `name.me` and wait until every party left one (only the first time)."""
+    marker = sync / f"{name}.{me}"
+    if marker.exists():
+        return
+    marker.touch()
+    deadline = time.monotonic() + 120
+    while len(list(sync.glob(f"{name}.*"))) < parties and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def barrier(name: str) -> Any:
-    """A source that waits until every process of the test reached it, then reads the rows."""
+    """A source whose processes meet twice: before the task reads the table (so both start
+    together), and while Spark computes the rows, when both transactions have read their
+    snapshot (so neither can commit before the other read the table). Re-runs do not wait."""
 
     def source(spark: Any, context: Any) -> Any:
         sync = Path(os.environ["AIRFLOW_DELTA_TEST_BARRIER"])
-        me, parties = os.environ["AIRFLOW_DELTA_TEST_PARTY"], 2
-        marker = sync / f"{name}.{me}"
-        if not marker.exists():  # only the first attempt waits
-            marker.touch()
-            deadline = time.monotonic() + 120
-            while len(list(sync.glob(f"{name}.*"))) < parties and time.monotonic() < deadline:
-                time.sleep(0.02)
-        return spark.sql(f"SELECT id, '0' AS p, {me} AS v FROM range(5)")
+        me = os.environ["AIRFLOW_DELTA_TEST_PARTY"]
+        _wait_for_all(sync, name, me)
+
+        def rows_after_meeting(batches: Any) -> Any:
+            _wait_for_all(sync, f"{name}-rows", me)
+            yield from batches
+
+        rows = spark.sql(f"SELECT id, '0' AS p, {me} AS v FROM range(5)").coalesce(1)
+        return rows.mapInArrow(rows_after_meeting, rows.schema)
 
     return source
 
