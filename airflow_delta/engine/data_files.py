@@ -1,0 +1,380 @@
+"""TransactionalWrite's data files: rows become parquet files with Delta stats, on pyarrow.
+
+Every writer of this project writes through `DataFileWriter`: the Spark tasks of
+`spark/write.py` (inside `mapInArrow`, one writer per task) and the in-process MERGE of
+`engine/merge.py`. A writer takes rows sorted by partition, writes them through fsspec under
+Hive-style partition directories (`part-<task>-<uuid>.c<n>.snappy.parquet`, rolled at the
+target file size), computes each file's stats from the rows it is given, and returns one row
+(`FILE_ROW_SCHEMA`) per file; `add_files` turns those rows into AddFiles.
+
+Stats follow Delta: numRecords, and minValues/maxValues/nullCount for the first
+`delta.dataSkippingNumIndexedCols` (default 32) leaf data columns. Min/max cover numbers,
+decimals, strings, dates and timestamps (not booleans, binary, arrays or maps, which get a
+nullCount only). A string min is cut to its first 32 characters; a longer string max is cut to
+32 characters and its last character incremented (so the bound stays above every value).
+Timestamps are written in UTC with milliseconds; a max with sub-millisecond digits is rounded
+up. A float column holding NaN gets no min/max, and an infinite bound is left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import itertools
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta.engine.actions import AddFile
+from airflow_delta.engine.log_store import get_log_store
+from airflow_delta.engine.schema import (
+    COLUMN_MAPPING_ID,
+    COLUMN_MAPPING_PHYSICAL_NAME,
+    delta_field_metadata,
+    partition_path,
+    serialize_partition_value,
+)
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
+#: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
+ROW_GROUP_BYTES = 64 * 1024**2
+#: Characters of a string kept in minValues/maxValues (Delta's stats string prefix length).
+STRING_PREFIX_LENGTH = 32
+DEFAULT_NUM_INDEXED_COLS = 32
+
+#: One row per written file, as `DataFileWriter.finish` returns them.
+FILE_ROW_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("partitionValues", pa.string()),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("stats", pa.string()),
+    ]
+)
+# Characters other than letters, digits and `_.-~` kept as they are in a relative file URI.
+_PATH_SAFE = "/=!$&'()*+,;@"
+
+def file_field(f: pa.Field, column_mapping: bool) -> pa.Field:
+    """A table schema field as data files hold it: nullable at every depth, no Delta metadata;
+    with column mapping, named by its physical name and carrying its id as parquet field id."""
+    metadata = delta_field_metadata(f) if column_mapping else {}
+    name = metadata.get(COLUMN_MAPPING_PHYSICAL_NAME, f.name)
+    field_id = metadata.get(COLUMN_MAPPING_ID)
+    return pa.field(
+        name,
+        _file_type(f.type, column_mapping),
+        metadata={b"PARQUET:field_id": str(field_id).encode()} if field_id is not None else None,
+    )
+
+
+def _file_type(t: pa.DataType, column_mapping: bool) -> pa.DataType:
+    if pa.types.is_struct(t):
+        return pa.struct([file_field(f, column_mapping) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(
+            t.key_field.remove_metadata().with_type(_file_type(t.key_type, column_mapping)),
+            pa.field("value", _file_type(t.item_type, column_mapping)),
+        )
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _file_type(t.value_type, column_mapping)))
+    return t
+
+
+def _has_min_max(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+    )
+
+
+def _stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, ...], bool]]:
+    """(path, has min/max) of the leaf columns that get stats: the first `num_indexed` (-1: all)."""
+    leaves: list[tuple[tuple[str, ...], bool]] = []
+
+    def walk(fields: pa.Schema | pa.StructType, prefix: tuple[str, ...]) -> None:
+        for f in fields:
+            if pa.types.is_struct(f.type):
+                walk(f.type, (*prefix, f.name))
+            else:
+                leaves.append(((*prefix, f.name), _has_min_max(f.type)))
+
+    walk(schema, ())
+    return leaves if num_indexed < 0 else leaves[:num_indexed]
+
+
+def _string_upper_bound(prefix: str) -> str | None:
+    """The shortest string above every string that starts with `prefix` (None if none is)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code == 0xD800:  # skip the surrogates, which UTF-8 text cannot hold
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(code)
+    return None
+
+
+def _stat_value(value: Any, upper: bool) -> Any:
+    """A min (or, `upper`, max) value as Delta writes it in the stats JSON; None to leave out."""
+    if isinstance(value, str):
+        if len(value) <= STRING_PREFIX_LENGTH:
+            return value
+        prefix = value[:STRING_PREFIX_LENGTH]
+        return _string_upper_bound(prefix) if upper else prefix
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dt.datetime):
+        extra = value.microsecond % 1000
+        if upper and extra:
+            try:
+                value += dt.timedelta(microseconds=1000 - extra)
+            except OverflowError:
+                return None
+        if value.tzinfo is not None:
+            text = value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="milliseconds")
+            return text + "Z"
+        return value.isoformat(timespec="milliseconds")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+def _json(value: Any) -> str:
+    """JSON text of `value`; decimals become JSON numbers with all their digits."""
+    if isinstance(value, dict):
+        items = (f"{json.dumps(k, ensure_ascii=False)}:{_json(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    return json.dumps(value, allow_nan=False, ensure_ascii=False)
+
+
+class FileStats:
+    """numRecords and per-leaf min, max and null count of one data file, chunk by chunk."""
+
+    def __init__(self, leaves: list[tuple[tuple[str, ...], bool]]) -> None:
+        self.leaves = leaves
+        self.rows = 0
+        self.mins: dict[tuple[str, ...], Any] = {}
+        self.maxs: dict[tuple[str, ...], Any] = {}
+        self.nulls: dict[tuple[str, ...], int] = {}
+        self.nan: set[tuple[str, ...]] = set()
+
+    def update(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        for path, has_min_max in self.leaves:
+            column: Any = table.column(path[0])
+            for name in path[1:]:
+                column = pc.struct_field(column, name)  # nulls of the parents included
+            self.nulls[path] = self.nulls.get(path, 0) + column.null_count
+            if not has_min_max:
+                continue
+            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+                self.nan.add(path)
+            bounds = pc.min_max(column)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if low is not None:
+                self.mins[path] = min(self.mins.get(path, low), low)
+                self.maxs[path] = max(self.maxs.get(path, high), high)
+
+    def to_json(self) -> str:
+        mins: dict[str, Any] = {}
+        maxs: dict[str, Any] = {}
+        nulls: dict[str, Any] = {}
+        for path, _ in self.leaves:
+            _put(nulls, path, self.nulls.get(path, 0))
+            if path in self.nan or path not in self.mins:
+                continue
+            _put(mins, path, _stat_value(self.mins[path], upper=False))
+            _put(maxs, path, _stat_value(self.maxs[path], upper=True))
+        stats = {"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+        return _json(stats)
+
+
+def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set `tree[path[0]][path[1]]...` to `value` (None: leave it out)."""
+    if value is None:
+        return
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Where and how data files of one table are written (pickled into Spark tasks).
+
+    `data_schema` holds the data columns as the files store them (`file_field`);
+    `partition_columns` name the partition columns in the written rows (physical names under
+    column mapping), with their Delta types in `partition_types`.
+    """
+
+    uri: str
+    root: str
+    storage_options: dict[str, Any]
+    data_schema: pa.Schema
+    partition_columns: tuple[str, ...]
+    partition_types: tuple[str, ...]
+    target_file_size: int
+    num_indexed_cols: int
+
+
+@dataclass
+class _OpenFile:
+    relative: str
+    values: dict[str, str | None]
+    sink: Any
+    writer: pq.ParquetWriter
+    stats: FileStats
+
+
+class DataFileWriter:
+    """Writes rows to data files, a file per partition at a time, rolling at the target size,
+    with each file's stats computed from the rows it is given; `task` numbers the file names
+    (the Spark partition id, or the slice of an in-process write)."""
+
+    def __init__(self, plan: WritePlan, task: int = 0) -> None:
+        self.plan = plan
+        self.fs = get_log_store(plan.uri, plan.storage_options)[0].fs
+        self.prefix = f"part-{task:05d}-{uuid.uuid4()}"
+        self.leaves = _stats_leaves(plan.data_schema, plan.num_indexed_cols)
+        self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
+        self.values: dict[str, str | None] | None = None
+        self.pending: list[pa.Table] = []
+        self.pending_bytes = 0
+        self.current: _OpenFile | None = None
+        self.written: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, values: dict[str, str | None], table: pa.Table) -> None:
+        """Append rows of the partition `values` (serialized partition values)."""
+        if values != self.values:
+            self._flush()
+            self._close()
+            self.values = values
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes >= self.row_group_bytes:
+            self._flush()
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Close the last file; one row (`FILE_ROW_SCHEMA`) per file written."""
+        self._flush()
+        self._close()
+        return self.rows
+
+    def abort(self) -> None:
+        """Best effort: remove every file this writer wrote (the write failed)."""
+        if self.current is not None:
+            for close in (self.current.writer.close, self.current.sink.close):
+                with contextlib.suppress(Exception):
+                    close()
+        for path in self.written:
+            with contextlib.suppress(Exception):
+                self.fs.rm_file(path)
+
+    def _flush(self) -> None:
+        """Write the buffered rows as one row group, and roll the file at the target size."""
+        if not self.pending:
+            return
+        table = pa.concat_tables(self.pending)
+        self.pending, self.pending_bytes = [], 0
+        if self.current is None:
+            self.current = self._open()
+        self.current.writer.write_table(table, row_group_size=table.num_rows)
+        self.current.stats.update(table)
+        if self.current.sink.tell() >= self.plan.target_file_size:
+            self._close()
+
+    def _open(self) -> _OpenFile:
+        assert self.values is not None
+        name = f"{self.prefix}.c{len(self.written):03d}.snappy.parquet"
+        directory = partition_path(self.values, self.plan.partition_columns)
+        relative = f"{directory}/{name}" if directory else name
+        path = f"{self.plan.root}/{relative}"
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        sink = self.fs.open(path, "wb")
+        self.written.append(path)
+        writer = pq.ParquetWriter(sink, self.plan.data_schema, compression="snappy")
+        return _OpenFile(relative, self.values, sink, writer, FileStats(self.leaves))
+
+    def _close(self) -> None:
+        if self.current is None:
+            return
+        current, self.current = self.current, None
+        current.writer.close()
+        size = current.sink.tell()
+        current.sink.close()
+        self.rows.append(
+            {
+                "path": quote(current.relative, safe=_PATH_SAFE),
+                "partitionValues": json.dumps(current.values),
+                "size": size,
+                "modificationTime": int(time.time() * 1000),
+                "stats": current.stats.to_json(),
+            }
+        )
+
+
+def partition_runs(
+    plan: WritePlan, batch: pa.RecordBatch
+) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+    """The data columns of `batch` cut into runs of equal partition values (rows are sorted)."""
+    data = pa.Table.from_batches([batch]).select(plan.data_schema.names).cast(plan.data_schema)
+    if not plan.partition_columns:
+        yield {}, data
+        return
+    keys = [batch.column(c) for c in plan.partition_columns]
+    change = np.zeros(batch.num_rows, dtype=bool)
+    change[0] = True
+    for key in keys:
+        after, before = key.slice(1), key.slice(0, len(key) - 1)
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(after, before), False),
+            pc.xor(pc.is_null(after), pc.is_null(before)),
+        )
+        change[1:] |= differs.to_numpy(zero_copy_only=False)
+    starts = [*np.flatnonzero(change).tolist(), batch.num_rows]
+    for start, end in itertools.pairwise(starts):
+        values = {
+            c: serialize_partition_value(key[start].as_py(), delta_type) or None
+            for c, key, delta_type in zip(
+                plan.partition_columns, keys, plan.partition_types, strict=True
+            )
+        }
+        yield values, data.slice(start, end - start)
+
+
+def add_files(rows: Sequence[Mapping[str, Any]]) -> list[AddFile]:
+    """The AddFiles (data change) of the files described by `rows` (`FILE_ROW_SCHEMA`)."""
+    return [
+        AddFile(
+            path=r["path"],
+            partition_values=json.loads(r["partitionValues"]),
+            size=r["size"],
+            modification_time=r["modificationTime"],
+            data_change=True,
+            stats=r["stats"],
+        )
+        for r in rows
+    ]
