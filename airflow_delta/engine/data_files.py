@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta.engine.actions import AddFile
+from airflow_delta.engine.actions import AddFile, Metadata
 from airflow_delta.engine.log_store import get_log_store
 from airflow_delta.engine.schema import (
     COLUMN_MAPPING_ID,
@@ -45,6 +45,9 @@ from airflow_delta.engine.schema import (
     partition_path,
     serialize_partition_value,
 )
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.delta_log import DeltaLog
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
 #: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
@@ -65,6 +68,7 @@ FILE_ROW_SCHEMA = pa.schema(
 )
 # Characters other than letters, digits and `_.-~` kept as they are in a relative file URI.
 _PATH_SAFE = "/=!$&'()*+,;@"
+
 
 def file_field(f: pa.Field, column_mapping: bool) -> pa.Field:
     """A table schema field as data files hold it: nullable at every depth, no Delta metadata;
@@ -238,6 +242,38 @@ class WritePlan:
     target_file_size: int
     num_indexed_cols: int
 
+    @classmethod
+    def for_table(
+        cls,
+        delta_log: DeltaLog,
+        metadata: Metadata,
+        storage_options: Mapping[str, Any] | None = None,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> WritePlan:
+        """The plan of writing data files of `metadata`'s table at `delta_log`'s location;
+        storage options default to the DeltaLog's."""
+        columns = metadata.partition_columns
+        column_mapping = metadata.column_mapping_mode != "none"
+        schema = metadata.schema
+        types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
+        options = delta_log.storage_options if storage_options is None else storage_options
+        return cls(
+            uri=delta_log.table_uri,
+            root=delta_log.table_path,
+            storage_options=dict(options),
+            data_schema=pa.schema(
+                [file_field(f, column_mapping) for f in schema if f.name not in columns]
+            ),
+            partition_columns=tuple(metadata.physical_partition_columns),
+            partition_types=tuple(types[c] for c in columns),
+            target_file_size=target_file_size,
+            num_indexed_cols=int(
+                metadata.configuration.get(
+                    "delta.dataSkippingNumIndexedCols", DEFAULT_NUM_INDEXED_COLS
+                )
+            ),
+        )
+
 
 @dataclass
 class _OpenFile:
@@ -256,6 +292,7 @@ class DataFileWriter:
     def __init__(self, plan: WritePlan, task: int = 0) -> None:
         self.plan = plan
         self.fs = get_log_store(plan.uri, plan.storage_options)[0].fs
+        self.local = "file" in self.fs.protocol
         self.prefix = f"part-{task:05d}-{uuid.uuid4()}"
         self.leaves = _stats_leaves(plan.data_schema, plan.num_indexed_cols)
         self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
@@ -313,7 +350,8 @@ class DataFileWriter:
         relative = f"{directory}/{name}" if directory else name
         path = f"{self.plan.root}/{relative}"
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        sink = self.fs.open(path, "wb")
+        # a native stream on local disk: the encoder writes without taking the GIL
+        sink = pa.OSFile(path, "wb") if self.local else self.fs.open(path, "wb")
         self.written.append(path)
         writer = pq.ParquetWriter(sink, self.plan.data_schema, compression="snappy")
         return _OpenFile(relative, self.values, sink, writer, FileStats(self.leaves))

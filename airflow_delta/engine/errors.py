@@ -71,3 +71,12 @@ class TableAlreadyExistsError(DeltaError):
 class InvalidCommitError(DeltaError):
     """A commit breaks a rule of the table or of the protocol (append-only, partition values,
     duplicate application transactions, a first version without protocol and metadata)."""
+
+
+class ConstraintViolationError(DeltaError):
+    """A row breaks a NOT NULL, invariant, CHECK or replaceWhere constraint; nothing committed."""
+
+    def __init__(self, message: str, constraint: str = "", expression: str = "") -> None:
+        super().__init__(message)
+        self.constraint = constraint
+        self.expression = expression

@@ -24,17 +24,18 @@
 Conditions and assignments are Spark SQL over the aliases (`s` and `t` by default). The source
 is evaluated several times (pruning values, the two joins, the row count): it must be
 deterministic. Only DataFrame APIs are used, so a Spark Connect session works too.
+
+The source may also be Arrow data (a pyarrow Table, RecordBatchReader, or anything exporting an
+Arrow stream): the MERGE then runs in this process on pyarrow (`engine/merge.py`), with no
+Spark job, when the engine's executor takes it, and on Spark otherwise (the Arrow table becomes
+a DataFrame of the active or a default local session). The clauses, the pruning, the commit and
+the metrics are the engine's `MergeBuilder`'s in both cases.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import json
-import re
-import time
+import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -43,22 +44,32 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
-from airflow_delta.engine import CommitProperties, DeltaLog, Operation, OptimisticTransaction
-from airflow_delta.engine.actions import Action, add_files_from_arrow
-from airflow_delta.engine.errors import DeltaError, TableNotFoundError
-from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPredicate
+from airflow_delta.engine import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.actions import Action
+from airflow_delta.engine.errors import DeltaError
+from airflow_delta.engine.merge import (
+    MATCHED,
+    MAX_PRUNING_VALUES,
+    NOT_MATCHED,
+    NOT_MATCHED_BY_SOURCE,
+    ArrowMergeBuilder,
+    MergeClause,
+    MultipleSourceRowMatchingTargetRowInMergeError,
+    UnsupportedMergeError,
+    _arrow_source,
+    _quote,
+)
 from airflow_delta.spark.read import _TableLayout, scan_files
 from airflow_delta.spark.write import write_files
 
-MATCHED = "matched"
-NOT_MATCHED = "notMatched"
-NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
+__all__ = [
+    "DeltaMergeBuilder",
+    "MergeClause",
+    "MultipleSourceRowMatchingTargetRowInMergeError",
+    "merge_delta",
+]
 
-#: Most distinct source values turned into a `<partition> IN (...)` predicate to prune files.
-MAX_PRUNING_VALUES = 1000
-
-#: Delta types whose partition predicates compare in the engine exactly as in Spark.
-_PRUNABLE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
+log = logging.getLogger(__name__)
 
 _FILE = "__delta_merge_file"
 _ROW = "__delta_merge_row_id"
@@ -66,38 +77,10 @@ _SOURCE = "__delta_merge_source_row"
 _ACTION = "__delta_merge_clause"
 _TARGET = "__delta_merge_target_row"
 
-_TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|<=>|[<>!=]=|<>|\w+|\s+|.", re.S)
-_LITERAL = re.compile(
-    r"'[^'\\]*'|[+-]?\d+(?:\.\d+)?|true|false|date\s*'\d{4}-\d{2}-\d{2}'", re.IGNORECASE
-)
-_REFERENCE = re.compile(r"(\w+)\.(?:`([^`]+)`|(\w+))")
 
-
-class MultipleSourceRowMatchingTargetRowInMergeError(DeltaError):
-    """Several source rows matched one target row that a MATCHED clause updates or deletes."""
-
-
-@dataclass(frozen=True)
-class MergeClause:
-    """One WHEN clause: its kind (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE), action
-    (update, delete, insert), condition, and assignments (None: every column from the source).
-    """
-
-    kind: str
-    action: str
-    condition: str | None = None
-    assignments: Mapping[str, str] | None = None
-
-    def describe(self) -> dict[str, str]:
-        """The clause as Delta records it in the MERGE operation parameters."""
-        return {
-            **({"predicate": self.condition} if self.condition else {}),
-            "actionType": self.action,
-        }
-
-
-class DeltaMergeBuilder:
-    """MERGE of `source_df` into the Delta table at `target_uri`; `merge_delta` builds it.
+class DeltaMergeBuilder(ArrowMergeBuilder):
+    """MERGE of `source_df` (a Spark DataFrame, or Arrow data) into the Delta table at
+    `target_uri`; `merge_delta` builds it.
 
     Each `when_*` method appends a clause and returns the builder; within each kind
     (MATCHED, NOT MATCHED, NOT MATCHED BY SOURCE) the first clause whose condition holds
@@ -107,143 +90,34 @@ class DeltaMergeBuilder:
     Example: `merge_delta(uri, df, "t.id = s.id").when_matched_delete("s.gone").execute()`.
     """
 
-    def __init__(
-        self,
-        target_uri: str,
-        source_df: DataFrame,
-        condition: str,
-        source_alias: str = "s",
-        target_alias: str = "t",
-        *,
-        storage_options: Mapping[str, str] | None = None,
-        commit_properties: CommitProperties | None = None,
-    ) -> None:
-        self.target_uri = target_uri
-        self.source_df = source_df
-        self.condition = condition
-        self.source_alias = source_alias
-        self.target_alias = target_alias
-        self.storage_options = storage_options
-        self.commit_properties = commit_properties
-        self.clauses: list[MergeClause] = []
-        self.transaction: OptimisticTransaction | None = None
-
-    # -- clauses ----------------------------------------------------------------------------
-
-    def when_matched_update(
-        self, set: Mapping[str, str], condition: str | None = None
-    ) -> DeltaMergeBuilder:
-        """Update matched target rows: `set` maps target columns to SQL expressions.
-
-        Example: `.when_matched_update({"value": "s.value"}, "s.ts > t.ts")`.
-        """
-        return self._add(MergeClause(MATCHED, "update", condition, _assignments(set)))
-
-    def when_matched_update_all(self, condition: str | None = None) -> DeltaMergeBuilder:
-        """Set every target column of matched rows from the source column of the same name.
-
-        Example: `.when_matched_update_all()`.
-        """
-        return self._add(MergeClause(MATCHED, "update", condition))
-
-    def when_matched_delete(self, condition: str | None = None) -> DeltaMergeBuilder:
-        """Delete matched target rows.
-
-        Example: `.when_matched_delete("s.deleted")`.
-        """
-        return self._add(MergeClause(MATCHED, "delete", condition, {}))
-
-    def when_not_matched_insert(
-        self, values: Mapping[str, str], condition: str | None = None
-    ) -> DeltaMergeBuilder:
-        """Insert source rows that match no target row; columns not in `values` are NULL.
-
-        Example: `.when_not_matched_insert({"id": "s.id", "value": "upper(s.value)"})`.
-        """
-        return self._add(MergeClause(NOT_MATCHED, "insert", condition, _assignments(values)))
-
-    def when_not_matched_insert_all(self, condition: str | None = None) -> DeltaMergeBuilder:
-        """Insert unmatched source rows, each target column from the source column of its name.
-
-        Example: `.when_not_matched_insert_all("s.value IS NOT NULL")`.
-        """
-        return self._add(MergeClause(NOT_MATCHED, "insert", condition))
-
-    def when_not_matched_by_source_update(
-        self, set: Mapping[str, str], condition: str | None = None
-    ) -> DeltaMergeBuilder:
-        """Update target rows that no source row matches (expressions over the target only).
-
-        Example: `.when_not_matched_by_source_update({"active": "false"})`.
-        """
-        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "update", condition, _assignments(set)))
-
-    def when_not_matched_by_source_delete(self, condition: str | None = None) -> DeltaMergeBuilder:
-        """Delete target rows that no source row matches.
-
-        Example: `.when_not_matched_by_source_delete("t.day < '2024-01-01'")`.
-        """
-        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "delete", condition, {}))
-
-    def _add(self, clause: MergeClause) -> DeltaMergeBuilder:
-        if any(c.kind == clause.kind and c.condition is None for c in self.clauses):
-            label = {MATCHED: "MATCHED", NOT_MATCHED: "NOT MATCHED"}.get(
-                clause.kind, "NOT MATCHED BY SOURCE"
-            )
-            raise ValueError(
-                f"When there are more than one {label} clauses in a MERGE statement, only the "
-                f"last {label} clause can omit the condition (MERGE into {self.target_uri})."
-            )
-        self.clauses.append(clause)
-        return self
-
-    # -- execution --------------------------------------------------------------------------
-
-    def execute(self) -> dict[str, int | None]:
-        """Run the MERGE in one transaction; the metrics (ints) and the committed `version`.
-
-        When the commit properties carry app transactions the table already holds (an
-        idempotent MERGE that landed before), nothing is done and the result is
-        `{"version": None}`. The transaction stays in `self.transaction` (attempts, conflicts
-        checked, post-commit hook results).
-
-        Metrics, with Delta's names: numSourceRows; numTargetRowsInserted; numTargetRowsUpdated
-        and numTargetRowsDeleted (target rows, each once, split into the ...Matched... and
-        ...NotMatchedBySource... counts); numTargetRowsCopied (the unchanged rows of the
-        rewritten files); numOutputRows (rows written: inserted + updated + copied);
-        numTargetFilesAdded/Removed and numTargetBytesAdded/Removed.
-
-        Example: `merge_delta(uri, df, "t.id = s.id").when_matched_update_all().execute()`.
-        """
-        if not self.clauses:
-            raise ValueError(
-                f"MERGE into {self.target_uri}: there must be at least one WHEN clause."
-            )
-        txn = DeltaLog.for_table(self.target_uri, self.storage_options).start_transaction(
-            properties=self.commit_properties
+    def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
+        if not isinstance(self.source_df, DataFrame):
+            return super()._source_values_of(name, delta_type)
+        found = [f for f in self.source_df.schema.fields if f.name.lower() == name]
+        if len(found) != 1 or found[0].dataType.jsonValue() != delta_type:
+            return None  # a cast would decide what matches: leave it to Spark
+        rows = (
+            self.source_df.select(F.col(_quote(found[0].name)))
+            .distinct()
+            .limit(MAX_PRUNING_VALUES + 1)
+            .collect()
         )
-        self.transaction = txn
-        if txn.already_committed():
-            return {"version": None}
-        if txn.read_version < 0:
-            raise TableNotFoundError(
-                f"MERGE into {self.target_uri}: no Delta table there. Create it first "
-                "(write_delta or DeltaLog.create_table)."
-            )
-        actions, metrics = self._write(txn)
-        return {**metrics, "version": self._commit(txn, actions, metrics)}
-
-    def _commit(
-        self, txn: OptimisticTransaction, actions: list[Action], metrics: dict[str, int]
-    ) -> int:
-        """Commit the written files as operation MERGE; the committed version."""
-        parameters: dict[str, Any] = {"predicate": self.condition}
-        for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
-            parameters[f"{kind}Predicates"] = [c.describe() for c in self.clauses if c.kind == kind]
-        return txn.commit(actions, Operation("MERGE", parameters, metrics))
+        return [r[0] for r in rows]
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
-        """Read the candidate files, write the changed rows; the actions and the metrics."""
+        """In process when the source is Arrow data the engine's executor takes; else Spark."""
+        if not isinstance(self.source_df, DataFrame):
+            try:
+                return super()._write(txn)
+            except UnsupportedMergeError as exc:
+                log.info("%s: running it on Spark", exc)
+            from airflow_delta.spark.session import get_spark
+
+            self.source_df = get_spark().createDataFrame(self.source_df)
+        return self._write_spark(txn)
+
+    def _write_spark(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
+        """Read the candidate files, write the changed rows on Spark; actions and metrics."""
         spark, snapshot = self.source_df.sparkSession, txn.snapshot
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         target = scan_files(spark, snapshot, files)
@@ -281,123 +155,8 @@ class DeltaMergeBuilder:
         if outputs:
             output = outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
             adds = write_files(txn, output)
-        now = int(time.time() * 1000)
-        removes = [f.remove(now) for f in add_files_from_arrow(touched)]
-
-        def modified(kind: str, action: str) -> int:
-            pairs = zip(modifying, per_clause, strict=True)
-            return sum(n for c, n in pairs if (c.kind, c.action) == (kind, action))
-
-        updated = modified(MATCHED, "update") + modified(NOT_MATCHED_BY_SOURCE, "update")
-        deleted = modified(MATCHED, "delete") + modified(NOT_MATCHED_BY_SOURCE, "delete")
-        copied = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
-        copied -= updated + deleted
-        output_rows = sum(a.num_records or 0 for a in adds)
-        metrics = {
-            "numSourceRows": self.source_df.count(),
-            "numTargetRowsInserted": output_rows - updated - copied,
-            "numTargetRowsUpdated": updated,
-            "numTargetRowsMatchedUpdated": modified(MATCHED, "update"),
-            "numTargetRowsNotMatchedBySourceUpdated": modified(NOT_MATCHED_BY_SOURCE, "update"),
-            "numTargetRowsDeleted": deleted,
-            "numTargetRowsMatchedDeleted": modified(MATCHED, "delete"),
-            "numTargetRowsNotMatchedBySourceDeleted": modified(NOT_MATCHED_BY_SOURCE, "delete"),
-            "numTargetRowsCopied": copied,
-            "numOutputRows": output_rows,
-            "numTargetFilesAdded": len(adds),
-            "numTargetFilesRemoved": len(removes),
-            "numTargetBytesAdded": sum(a.size for a in adds),
-            "numTargetBytesRemoved": sum(r.size or 0 for r in removes),
-        }
-        return [*adds, *removes], metrics
-
-    # -- partition pruning ------------------------------------------------------------------
-
-    def _pruning_predicates(self, txn: OptimisticTransaction) -> list[str]:
-        """Predicates over the target's partition columns that the merge condition implies."""
-        partitions = {c.lower(): c for c in txn.metadata.partition_columns}
-        unsafe = "\\" in self.condition or "--" in self.condition or "/*" in self.condition
-        if not partitions or unsafe or any(c.kind == NOT_MATCHED_BY_SOURCE for c in self.clauses):
-            return []
-        schema = json.loads(txn.metadata.schema_string or "{}")
-        fields = {f["name"].lower(): f for f in schema["fields"]}
-        columns = {c: fields[c.lower()] for c in partitions.values()}
-        predicates = []
-        for conjunct in _conjuncts(self.condition):
-            text = self._partition_predicate(conjunct, partitions, fields)
-            if text is None:
-                continue
-            try:
-                PartitionPredicate.parse(text, columns)
-            except InvalidPredicateError:
-                continue
-            predicates.append(text)
-        return predicates
-
-    def _partition_predicate(
-        self, conjunct: str, partitions: dict[str, str], fields: dict[str, dict]
-    ) -> str | None:
-        """`conjunct` as a partition predicate of the target, or None when it is not one.
-
-        `partitions` maps lower-case partition column names to theirs, `fields` lower-case
-        column names to their schema fields.
-        """
-        tokens = [m for m in _TOKEN.finditer(conjunct) if not m.group().isspace()]
-        ops = [
-            i for i, m in enumerate(tokens) if m.group() in ("=", "==") or m.group().lower() == "in"
-        ]
-        if len(ops) != 1 or ops[0] in (0, len(tokens) - 1):
-            return None
-        op = tokens[ops[0]]
-        left, right = conjunct[: op.start()].strip(), conjunct[op.end() :].strip()
-        if op.group().lower() == "in":
-            column = self._target_partition(left, partitions, fields)
-            items = right[1:-1].split(",") if right[:1] == "(" and right[-1:] == ")" else []
-            if column is None or not items or not all(_LITERAL.fullmatch(i.strip()) for i in items):
-                return None
-            return f"{_quote(column)} IN ({', '.join(i.strip() for i in items)})"
-        for one, other in ((left, right), (right, left)):
-            column = self._target_partition(one, partitions, fields)
-            if column is None:
-                continue
-            if _LITERAL.fullmatch(other):
-                return f"{_quote(column)} = {other}"
-            return self._source_values(other, column, fields[column.lower()]["type"])
-        return None
-
-    def _target_partition(
-        self, operand: str, partitions: dict[str, str], fields: dict[str, dict]
-    ) -> str | None:
-        """The partition column `operand` names as `<target alias>.<column>`, when prunable."""
-        match = _REFERENCE.fullmatch(operand)
-        if match is None or match.group(1).lower() != self.target_alias.lower():
-            return None
-        column = partitions.get((match.group(2) or match.group(3)).lower())
-        if column is None:
-            return None
-        delta_type = fields[column.lower()]["type"]
-        prunable = delta_type in _PRUNABLE_TYPES or str(delta_type).startswith("decimal(")
-        return column if prunable else None
-
-    def _source_values(self, operand: str, column: str, delta_type: str) -> str | None:
-        """`column IN (...)` over the distinct values of the source column `operand` names."""
-        match = _REFERENCE.fullmatch(operand)
-        if match is None or match.group(1).lower() != self.source_alias.lower():
-            return None
-        name = (match.group(2) or match.group(3)).lower()
-        found = [f for f in self.source_df.schema.fields if f.name.lower() == name]
-        if len(found) != 1 or found[0].dataType.jsonValue() != delta_type:
-            return None  # a cast would decide what matches: leave it to Spark
-        rows = (
-            self.source_df.select(F.col(_quote(found[0].name)))
-            .distinct()
-            .limit(MAX_PRUNING_VALUES + 1)
-            .collect()
-        )
-        if len(rows) > MAX_PRUNING_VALUES:
-            return None
-        values = [_sql_literal(r[0]) for r in rows if r[0] is not None]
-        return f"{_quote(column)} IN ({', '.join(values)})" if values else "FALSE"
+        rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
+        return self._metrics(per_clause, touched, rows, adds, self.source_df.count())
 
     # -- the joins --------------------------------------------------------------------------
 
@@ -502,16 +261,7 @@ class DeltaMergeBuilder:
         delete_only = matched_clauses == [MergeClause(MATCHED, "delete", None, {})]
         conflicts = sum(r["conflicts"] for r in per_file)
         if conflicts and not delete_only:
-            raise MultipleSourceRowMatchingTargetRowInMergeError(
-                "Cannot perform Merge as multiple source rows matched and attempted to modify the "
-                "same target row in the Delta table in possibly conflicting ways. By SQL semantics "
-                "of Merge, when multiple source rows match on the same target row, the result may "
-                "be ambiguous as it is unclear which source row should be used to update or delete "
-                "the matching target row. You can preprocess the source table to eliminate the "
-                "possibility of multiple matches. Please refer to "
-                "https://docs.delta.io/latest/delta-update.html#upsert-into-a-table-using-merge "
-                f"(table {self.target_uri}, {conflicts} target row(s) matched more than once)."
-            )
+            raise self._multiple_matches(conflicts)
         counts = [sum(r[f"c{i}"] for r in per_file) for i in range(len(clauses))]
         return (
             [log_path(r[_FILE]) for r in per_file],
@@ -592,43 +342,10 @@ class DeltaMergeBuilder:
         value = default if value is None else value.otherwise(default)
         return value.cast(field.dataType).alias(field.name)
 
-    def _resolve(self, clause: MergeClause, column: str) -> str | None:
-        """The SQL expression `clause` assigns to the target `column` (None: not assigned)."""
-        if clause.action == "delete":
-            return None
-        if clause.assignments is None:
-            return f"{_quote(self.source_alias)}.{_quote(column)}"
-        return clause.assignments.get(column)
-
-    def _check_assignments(self, columns: list[str]) -> None:
-        """Key every assignment by its target column; ValueError for an unknown or repeated one."""
-        by_lower = {c.lower(): c for c in columns}
-        prefix = f"{self.target_alias.lower()}."
-        for index, clause in enumerate(self.clauses):
-            if not clause.assignments:
-                continue
-            resolved: dict[str, str] = {}
-            for key, sql in clause.assignments.items():
-                name = key.strip()
-                name = name[len(prefix) :] if name.lower().startswith(prefix) else name
-                if len(name) > 1 and name[0] == name[-1] == "`":
-                    name = name[1:-1].replace("``", "`")
-                column = by_lower.get(name.lower())
-                if column is None or column in resolved:
-                    problem = "is not a column of" if column is None else "is assigned twice in"
-                    raise ValueError(
-                        f"MERGE into {self.target_uri}: {key!r} {problem} the {clause.action} "
-                        f"clause (target columns: {', '.join(columns)})."
-                    )
-                resolved[column] = sql
-            self.clauses[index] = MergeClause(
-                clause.kind, clause.action, clause.condition, resolved
-            )
-
 
 def merge_delta(
     target_uri: str,
-    source_df: DataFrame,
+    source_df: DataFrame | Any,
     condition: str,
     source_alias: str = "s",
     target_alias: str = "t",
@@ -638,6 +355,8 @@ def merge_delta(
 ) -> DeltaMergeBuilder:
     """A MERGE of `source_df` into the Delta table at `target_uri` on `condition`.
 
+    `source_df` is a Spark DataFrame or Arrow data (a pyarrow Table, RecordBatchReader, or
+    anything exporting an Arrow stream: run in process when the engine's executor takes it).
     Add WHEN clauses with the builder's `when_*` methods, then `execute()`.
 
     Example::
@@ -645,6 +364,14 @@ def merge_delta(
         merge_delta(uri, updates, "t.id = s.id").when_matched_update_all()\\
             .when_not_matched_insert_all().execute()
     """
+    if not isinstance(source_df, DataFrame):
+        arrow = _arrow_source(source_df)
+        if arrow is None:
+            raise TypeError(
+                f"MERGE into {target_uri}: the source must be a Spark DataFrame or Arrow data, "
+                f"not {type(source_df).__name__}"
+            )
+        source_df = arrow
     return DeltaMergeBuilder(
         target_uri,
         source_df,
@@ -657,67 +384,6 @@ def merge_delta(
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _assignments(mapping: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `mapping` (target column -> SQL expression); ValueError when empty or not text."""
-    if not mapping or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
-    ):
-        raise ValueError(
-            f"MERGE assignments must map target column names to SQL expressions, got {mapping!r}"
-        )
-    return dict(mapping)
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _conjuncts(condition: str) -> list[str]:
-    """The top-level AND operands of a SQL condition, outer parentheses removed."""
-    parts, depth, start, between = [], 0, 0, False
-    for token in _TOKEN.finditer(condition):
-        word = token.group().lower()
-        depth += {"(": 1, ")": -1}.get(word, 0)
-        if depth or word not in ("and", "between"):
-            continue
-        if word == "between" or between:
-            between = word == "between"
-            continue
-        parts.append(condition[start : token.start()])
-        start = token.end()
-    parts.append(condition[start:])
-    result = []
-    for part in (p.strip() for p in parts):
-        inner = _unwrap(part)
-        result.extend(_conjuncts(inner) if inner is not None else [part])
-    return result
-
-
-def _unwrap(text: str) -> str | None:
-    """`text` without the parentheses that enclose all of it, or None."""
-    if not text.startswith("("):
-        return None
-    depth = 0
-    for token in _TOKEN.finditer(text):
-        depth += {"(": 1, ")": -1}.get(token.group(), 0)
-        if depth == 0:
-            return text[1:-1] if token.end() == len(text) else None
-    return None
-
-
-def _sql_literal(value: object) -> str:
-    """A value of a prunable partition type as a literal of the engine's predicates."""
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _first_clause(

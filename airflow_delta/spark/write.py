@@ -34,17 +34,19 @@ from pyspark.sql import types as T
 
 from airflow_delta.engine.actions import AddFile, Metadata, Operation, SetTransaction
 from airflow_delta.engine.data_files import (
-    DEFAULT_NUM_INDEXED_COLS,
     DEFAULT_TARGET_FILE_SIZE,
     FILE_ROW_SCHEMA,
     DataFileWriter,
     WritePlan,
     add_files,
-    file_field,
     partition_runs,
 )
 from airflow_delta.engine.delta_log import DeltaLog
-from airflow_delta.engine.errors import DeltaError, TableAlreadyExistsError
+from airflow_delta.engine.errors import (
+    ConstraintViolationError,
+    DeltaError,
+    TableAlreadyExistsError,
+)
 from airflow_delta.engine.features import check_writer_support
 from airflow_delta.engine.schema import (
     delta_field_metadata,
@@ -68,15 +70,6 @@ _SAVE_MODES = {
 
 class SchemaMismatchError(DeltaError, ValueError):
     """The DataFrame's columns do not fit the table schema (or its partitioning)."""
-
-
-class ConstraintViolationError(DeltaError):
-    """A row breaks a NOT NULL, invariant, CHECK or replaceWhere constraint; nothing committed."""
-
-    def __init__(self, message: str, constraint: str = "", expression: str = "") -> None:
-        super().__init__(message)
-        self.constraint = constraint
-        self.expression = expression
 
 
 class _TaskViolation(Exception):
@@ -436,23 +429,7 @@ def write_files(
     physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
     if column_mapping:
         data = _to_physical(data, schema_json, txn.table)
-    table_schema = metadata.schema
-    plan = WritePlan(
-        uri=txn.delta_log.table_uri,
-        root=txn.delta_log.table_path,
-        storage_options=dict(
-            txn.delta_log.storage_options if storage_options is None else storage_options
-        ),
-        data_schema=pa.schema(
-            [file_field(f, column_mapping) for f in table_schema if f.name not in columns]
-        ),
-        partition_columns=tuple(metadata.physical_partition_columns),
-        partition_types=tuple(types[c] for c in columns),
-        target_file_size=target_file_size,
-        num_indexed_cols=int(
-            metadata.configuration.get("delta.dataSkippingNumIndexedCols", DEFAULT_NUM_INDEXED_COLS)
-        ),
-    )
+    plan = WritePlan.for_table(txn.delta_log, metadata, storage_options, target_file_size)
     task = functools.partial(_write_task, plan, checks, physical_names)
     return add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL))])
 

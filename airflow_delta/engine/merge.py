@@ -1,0 +1,1049 @@
+"""MERGE INTO a Delta table: the clauses, the commit, and an in-process executor on pyarrow.
+
+`MergeBuilder` holds what every MERGE shares, whatever runs it: the WHEN clauses and their
+checks, partition pruning from the condition, the commit as operation MERGE, and Delta's
+metrics. `ArrowMergeBuilder` runs a MERGE of an Arrow table in this process, the way Delta's
+MergeIntoCommand does it, with pyarrow compute and no Spark:
+
+1. partition pruning selects the candidate files through `filter_files_arrow`, which records the
+   read for the conflict checks;
+2. findTouchedFiles: the join keys of the candidate files are read and hash-joined with the
+   source; target rows matched by several source rows are refused as in Delta;
+3. writeAllChanges: the touched files are read whole, updated, deleted or copied per clause,
+   and written with the inserted source rows by `DataFileWriter` (in parallel slices); the
+   touched files are removed and every other file stays;
+4. commit as operation MERGE.
+
+The in-process executor takes the MERGEs most pipelines run: a condition that is an AND of
+equalities between a target and a source column (plus `t.<partition> = <literal>` or
+`IN (<literals>)`), clauses without conditions, and assignments that are column references
+(`s.x`, `t.x`) or literals. Anything else, and tables whose data needs more than this reader
+(column mapping, deletion vectors in the candidate files, type changes, CHECK constraints or
+invariants), raises `UnsupportedMergeError` before anything is written: the Spark MERGE
+(`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta.engine.actions import Action, Operation, add_files_from_arrow
+from airflow_delta.engine.data_files import (
+    DataFileWriter,
+    WritePlan,
+    add_files,
+    partition_runs,
+)
+from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.errors import (
+    ConstraintViolationError,
+    DeltaError,
+    TableNotFoundError,
+)
+from airflow_delta.engine.features import check_writer_support
+from airflow_delta.engine.log_store import get_log_store
+from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPredicate
+from airflow_delta.engine.schema import arrow_type, delta_field_metadata, parse_partition_value
+from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+
+MATCHED = "matched"
+NOT_MATCHED = "notMatched"
+NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
+
+#: Most distinct source values turned into a `<partition> IN (...)` predicate to prune files.
+MAX_PRUNING_VALUES = 1000
+#: Rows per parallel writer slice of an in-process MERGE (at most one slice per core).
+ROWS_PER_WRITE_SLICE = 500_000
+
+#: Delta types whose partition predicates compare in the engine exactly as in Spark.
+_PRUNABLE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
+
+_TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|<=>|[<>!=]=|<>|\w+|\s+|.", re.S)
+_LITERAL = re.compile(
+    r"'[^'\\]*'|[+-]?\d+(?:\.\d+)?|true|false|date\s*'\d{4}-\d{2}-\d{2}'", re.IGNORECASE
+)
+_REFERENCE = re.compile(r"`?(\w+)`?\.(?:`([^`]+)`|(\w+))")
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+
+
+class MultipleSourceRowMatchingTargetRowInMergeError(DeltaError):
+    """Several source rows matched one target row that a MATCHED clause updates or deletes."""
+
+
+class UnsupportedMergeError(DeltaError):
+    """The in-process executor cannot run this MERGE; the Spark MERGE can (nothing written)."""
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One WHEN clause: its kind (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE), action
+    (update, delete, insert), condition, and assignments (None: every column from the source).
+    """
+
+    kind: str
+    action: str
+    condition: str | None = None
+    assignments: Mapping[str, str] | None = None
+
+    def describe(self) -> dict[str, str]:
+        """The clause as Delta records it in the MERGE operation parameters."""
+        return {
+            **({"predicate": self.condition} if self.condition else {}),
+            "actionType": self.action,
+        }
+
+
+class MergeBuilder:
+    """MERGE of a source into the Delta table at `target_uri`: the clauses, pruning, commit
+    and metrics. Subclasses run it (`_write`, `_source_values_of`).
+
+    Each `when_*` method appends a clause and returns the builder; within each kind
+    (MATCHED, NOT MATCHED, NOT MATCHED BY SOURCE) the first clause whose condition holds
+    applies, and only the last clause of a kind may omit its condition. `execute()` commits
+    and returns the metrics.
+    """
+
+    def __init__(
+        self,
+        target_uri: str,
+        source_df: Any,
+        condition: str,
+        source_alias: str = "s",
+        target_alias: str = "t",
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        commit_properties: CommitProperties | None = None,
+    ) -> None:
+        self.target_uri = target_uri
+        self.source_df = source_df
+        self.condition = condition
+        self.source_alias = source_alias
+        self.target_alias = target_alias
+        self.storage_options = storage_options
+        self.commit_properties = commit_properties
+        self.clauses: list[MergeClause] = []
+        self.transaction: OptimisticTransaction | None = None
+
+    # -- clauses ----------------------------------------------------------------------------
+
+    def when_matched_update(self, set: Mapping[str, str], condition: str | None = None) -> Any:
+        """Update matched target rows: `set` maps target columns to SQL expressions.
+
+        Example: `.when_matched_update({"value": "s.value"}, "s.ts > t.ts")`.
+        """
+        return self._add(MergeClause(MATCHED, "update", condition, _assignments(set)))
+
+    def when_matched_update_all(self, condition: str | None = None) -> Any:
+        """Set every target column of matched rows from the source column of the same name.
+
+        Example: `.when_matched_update_all()`.
+        """
+        return self._add(MergeClause(MATCHED, "update", condition))
+
+    def when_matched_delete(self, condition: str | None = None) -> Any:
+        """Delete matched target rows.
+
+        Example: `.when_matched_delete("s.deleted")`.
+        """
+        return self._add(MergeClause(MATCHED, "delete", condition, {}))
+
+    def when_not_matched_insert(
+        self, values: Mapping[str, str], condition: str | None = None
+    ) -> Any:
+        """Insert source rows that match no target row; columns not in `values` are NULL.
+
+        Example: `.when_not_matched_insert({"id": "s.id", "value": "upper(s.value)"})`.
+        """
+        return self._add(MergeClause(NOT_MATCHED, "insert", condition, _assignments(values)))
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> Any:
+        """Insert unmatched source rows, each target column from the source column of its name.
+
+        Example: `.when_not_matched_insert_all("s.value IS NOT NULL")`.
+        """
+        return self._add(MergeClause(NOT_MATCHED, "insert", condition))
+
+    def when_not_matched_by_source_update(
+        self, set: Mapping[str, str], condition: str | None = None
+    ) -> Any:
+        """Update target rows that no source row matches (expressions over the target only).
+
+        Example: `.when_not_matched_by_source_update({"active": "false"})`.
+        """
+        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "update", condition, _assignments(set)))
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> Any:
+        """Delete target rows that no source row matches.
+
+        Example: `.when_not_matched_by_source_delete("t.day < '2024-01-01'")`.
+        """
+        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "delete", condition, {}))
+
+    def _add(self, clause: MergeClause) -> Any:
+        if any(c.kind == clause.kind and c.condition is None for c in self.clauses):
+            label = {MATCHED: "MATCHED", NOT_MATCHED: "NOT MATCHED"}.get(
+                clause.kind, "NOT MATCHED BY SOURCE"
+            )
+            raise ValueError(
+                f"When there are more than one {label} clauses in a MERGE statement, only the "
+                f"last {label} clause can omit the condition (MERGE into {self.target_uri})."
+            )
+        self.clauses.append(clause)
+        return self
+
+    # -- execution --------------------------------------------------------------------------
+
+    def execute(self) -> dict[str, int | None]:
+        """Run the MERGE in one transaction; the metrics (ints) and the committed `version`.
+
+        When the commit properties carry app transactions the table already holds (an
+        idempotent MERGE that landed before), nothing is done and the result is
+        `{"version": None}`. The transaction stays in `self.transaction` (attempts, conflicts
+        checked, post-commit hook results).
+
+        Metrics, with Delta's names: numSourceRows; numTargetRowsInserted; numTargetRowsUpdated
+        and numTargetRowsDeleted (target rows, each once, split into the ...Matched... and
+        ...NotMatchedBySource... counts); numTargetRowsCopied (the unchanged rows of the
+        rewritten files); numOutputRows (rows written: inserted + updated + copied);
+        numTargetFilesAdded/Removed and numTargetBytesAdded/Removed.
+
+        Example: `merge_delta(uri, df, "t.id = s.id").when_matched_update_all().execute()`.
+        """
+        if not self.clauses:
+            raise ValueError(
+                f"MERGE into {self.target_uri}: there must be at least one WHEN clause."
+            )
+        txn = DeltaLog.for_table(self.target_uri, self.storage_options).start_transaction(
+            properties=self.commit_properties
+        )
+        self.transaction = txn
+        if txn.already_committed():
+            return {"version": None}
+        if txn.read_version < 0:
+            raise TableNotFoundError(
+                f"MERGE into {self.target_uri}: no Delta table there. Create it first "
+                "(write_delta or DeltaLog.create_table)."
+            )
+        actions, metrics = self._write(txn)
+        return {**metrics, "version": self._commit(txn, actions, metrics)}
+
+    def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
+        """Write the changed rows; the add and remove actions and the metrics."""
+        raise NotImplementedError
+
+    def _commit(
+        self, txn: OptimisticTransaction, actions: list[Action], metrics: dict[str, int]
+    ) -> int:
+        """Commit the written files as operation MERGE; the committed version."""
+        parameters: dict[str, Any] = {"predicate": self.condition}
+        for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
+            parameters[f"{kind}Predicates"] = [c.describe() for c in self.clauses if c.kind == kind]
+        return txn.commit(actions, Operation("MERGE", parameters, metrics))
+
+    def _metrics(
+        self,
+        per_clause: Sequence[int],
+        touched: pa.StructArray,
+        copied_and_modified: int,
+        adds: Sequence[Any],
+        source_rows: int,
+    ) -> tuple[list[Action], dict[str, int]]:
+        """The actions (adds, then the removes of `touched`) and Delta's MERGE metrics.
+
+        `per_clause`: target rows each modifying (non-insert) clause changed, in clause order;
+        `copied_and_modified`: the rows of the touched files.
+        """
+        modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
+        now = int(time.time() * 1000)
+        removes = [f.remove(now) for f in add_files_from_arrow(touched)]
+
+        def modified(kind: str, action: str) -> int:
+            pairs = zip(modifying, per_clause, strict=True)
+            return sum(n for c, n in pairs if (c.kind, c.action) == (kind, action))
+
+        updated = modified(MATCHED, "update") + modified(NOT_MATCHED_BY_SOURCE, "update")
+        deleted = modified(MATCHED, "delete") + modified(NOT_MATCHED_BY_SOURCE, "delete")
+        copied = copied_and_modified - updated - deleted
+        output_rows = sum(a.num_records or 0 for a in adds)
+        metrics = {
+            "numSourceRows": source_rows,
+            "numTargetRowsInserted": output_rows - updated - copied,
+            "numTargetRowsUpdated": updated,
+            "numTargetRowsMatchedUpdated": modified(MATCHED, "update"),
+            "numTargetRowsNotMatchedBySourceUpdated": modified(NOT_MATCHED_BY_SOURCE, "update"),
+            "numTargetRowsDeleted": deleted,
+            "numTargetRowsMatchedDeleted": modified(MATCHED, "delete"),
+            "numTargetRowsNotMatchedBySourceDeleted": modified(NOT_MATCHED_BY_SOURCE, "delete"),
+            "numTargetRowsCopied": copied,
+            "numOutputRows": output_rows,
+            "numTargetFilesAdded": len(adds),
+            "numTargetFilesRemoved": len(removes),
+            "numTargetBytesAdded": sum(a.size for a in adds),
+            "numTargetBytesRemoved": sum(r.size or 0 for r in removes),
+        }
+        return [*adds, *removes], metrics
+
+    def _multiple_matches(self, rows: int) -> MultipleSourceRowMatchingTargetRowInMergeError:
+        return MultipleSourceRowMatchingTargetRowInMergeError(
+            "Cannot perform Merge as multiple source rows matched and attempted to modify the "
+            "same target row in the Delta table in possibly conflicting ways. By SQL semantics "
+            "of Merge, when multiple source rows match on the same target row, the result may "
+            "be ambiguous as it is unclear which source row should be used to update or delete "
+            "the matching target row. You can preprocess the source table to eliminate the "
+            "possibility of multiple matches. Please refer to "
+            "https://docs.delta.io/latest/delta-update.html#upsert-into-a-table-using-merge "
+            f"(table {self.target_uri}, {rows} target row(s) matched more than once)."
+        )
+
+    def _resolve(self, clause: MergeClause, column: str) -> str | None:
+        """The SQL expression `clause` assigns to the target `column` (None: not assigned)."""
+        if clause.action == "delete":
+            return None
+        if clause.assignments is None:
+            return f"{_quote(self.source_alias)}.{_quote(column)}"
+        return clause.assignments.get(column)
+
+    def _check_assignments(self, columns: list[str]) -> None:
+        """Key every assignment by its target column; ValueError for an unknown or repeated one."""
+        by_lower = {c.lower(): c for c in columns}
+        prefix = f"{self.target_alias.lower()}."
+        for index, clause in enumerate(self.clauses):
+            if not clause.assignments:
+                continue
+            resolved: dict[str, str] = {}
+            for key, sql in clause.assignments.items():
+                name = key.strip()
+                name = name[len(prefix) :] if name.lower().startswith(prefix) else name
+                if len(name) > 1 and name[0] == name[-1] == "`":
+                    name = name[1:-1].replace("``", "`")
+                column = by_lower.get(name.lower())
+                if column is None or column in resolved:
+                    problem = "is not a column of" if column is None else "is assigned twice in"
+                    raise ValueError(
+                        f"MERGE into {self.target_uri}: {key!r} {problem} the {clause.action} "
+                        f"clause (target columns: {', '.join(columns)})."
+                    )
+                resolved[column] = sql
+            self.clauses[index] = MergeClause(
+                clause.kind, clause.action, clause.condition, resolved
+            )
+
+    # -- partition pruning ------------------------------------------------------------------
+
+    def _pruning_predicates(self, txn: OptimisticTransaction) -> list[str]:
+        """Predicates over the target's partition columns that the merge condition implies."""
+        if any(c.kind == NOT_MATCHED_BY_SOURCE for c in self.clauses):
+            return []
+        return [p for _, p in self._partition_conjuncts(txn) if p is not None]
+
+    def _partition_conjuncts(self, txn: OptimisticTransaction) -> list[tuple[str, str | None]]:
+        """Each conjunct of the condition with the partition predicate it implies (or None)."""
+        partitions = {c.lower(): c for c in txn.metadata.partition_columns}
+        unsafe = "\\" in self.condition or "--" in self.condition or "/*" in self.condition
+        conjuncts = _conjuncts(self.condition)
+        if not partitions or unsafe:
+            return [(c, None) for c in conjuncts]
+        schema = json.loads(txn.metadata.schema_string or "{}")
+        fields = {f["name"].lower(): f for f in schema["fields"]}
+        columns = {c: fields[c.lower()] for c in partitions.values()}
+        result: list[tuple[str, str | None]] = []
+        for conjunct in conjuncts:
+            text = self._partition_predicate(conjunct, partitions, fields)
+            if text is not None:
+                try:
+                    PartitionPredicate.parse(text, columns)
+                except InvalidPredicateError:
+                    text = None
+            result.append((conjunct, text))
+        return result
+
+    def _partition_predicate(
+        self, conjunct: str, partitions: dict[str, str], fields: dict[str, dict]
+    ) -> str | None:
+        """`conjunct` as a partition predicate of the target, or None when it is not one.
+
+        `partitions` maps lower-case partition column names to theirs, `fields` lower-case
+        column names to their schema fields.
+        """
+        tokens = [m for m in _TOKEN.finditer(conjunct) if not m.group().isspace()]
+        ops = [
+            i for i, m in enumerate(tokens) if m.group() in ("=", "==") or m.group().lower() == "in"
+        ]
+        if len(ops) != 1 or ops[0] in (0, len(tokens) - 1):
+            return None
+        op = tokens[ops[0]]
+        left, right = conjunct[: op.start()].strip(), conjunct[op.end() :].strip()
+        if op.group().lower() == "in":
+            column = self._target_partition(left, partitions, fields)
+            items = right[1:-1].split(",") if right[:1] == "(" and right[-1:] == ")" else []
+            if column is None or not items or not all(_LITERAL.fullmatch(i.strip()) for i in items):
+                return None
+            return f"{_quote(column)} IN ({', '.join(i.strip() for i in items)})"
+        for one, other in ((left, right), (right, left)):
+            column = self._target_partition(one, partitions, fields)
+            if column is None:
+                continue
+            if _LITERAL.fullmatch(other):
+                return f"{_quote(column)} = {other}"
+            return self._source_values(other, column, fields[column.lower()]["type"])
+        return None
+
+    def _target_partition(
+        self, operand: str, partitions: dict[str, str], fields: dict[str, dict]
+    ) -> str | None:
+        """The partition column `operand` names as `<target alias>.<column>`, when prunable."""
+        match = _REFERENCE.fullmatch(operand)
+        if match is None or match.group(1).lower() != self.target_alias.lower():
+            return None
+        column = partitions.get((match.group(2) or match.group(3)).lower())
+        if column is None:
+            return None
+        delta_type = fields[column.lower()]["type"]
+        prunable = delta_type in _PRUNABLE_TYPES or str(delta_type).startswith("decimal(")
+        return column if prunable else None
+
+    def _source_values(self, operand: str, column: str, delta_type: str) -> str | None:
+        """`column IN (...)` over the distinct values of the source column `operand` names."""
+        match = _REFERENCE.fullmatch(operand)
+        if match is None or match.group(1).lower() != self.source_alias.lower():
+            return None
+        values = self._source_values_of((match.group(2) or match.group(3)).lower(), delta_type)
+        if values is None or len(values) > MAX_PRUNING_VALUES:
+            return None
+        literals = [_sql_literal(v) for v in values if v is not None]
+        return f"{_quote(column)} IN ({', '.join(literals)})" if literals else "FALSE"
+
+    def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
+        """Up to MAX_PRUNING_VALUES + 1 distinct values of the source column `name` (lower
+        case), or None when it is not one column of exactly `delta_type`."""
+        raise NotImplementedError
+
+
+class ArrowMergeBuilder(MergeBuilder):
+    """MERGE of an Arrow table into a Delta table, run in this process on pyarrow.
+
+    `merge_arrow` builds it; see the module docstring for what it runs (anything else raises
+    UnsupportedMergeError before writing).
+
+    Example: `merge_arrow(uri, pa.table({"id": [1], "v": ["x"]}), "t.id = s.id")
+    .when_matched_update_all().when_not_matched_insert_all().execute()`.
+    """
+
+    def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
+        source = _arrow_source(self.source_df)
+        found = [c for c in source.column_names if c.lower() == name]
+        if len(found) != 1 or source.schema.field(found[0]).type != arrow_type(delta_type):
+            return None
+        return pc.unique(source.column(found[0])).to_pylist()
+
+    def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
+        source = _arrow_source(self.source_df)
+        table = self._table_schema(txn)
+        self._check_assignments(table.names)
+        conjuncts = self._partition_conjuncts(txn)
+        keys = self._keys(conjuncts, table, source)
+        assigners = [self._assigner(c, table, source) for c in self.clauses]
+        files = txn.filter_files_arrow(self._pruning_predicates(txn))
+        if pc.struct_field(files, "deletionVector").null_count != len(files):
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: candidate files have deletion vectors"
+            )
+        reader = _FileReader(txn, table)
+        literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
+        eligible = _file_mask(txn, files, literal)
+
+        # findTouchedFiles: join the target's keys (eligible files only) with the source's
+        target_keys = reader.read(files, [t for t, _ in keys])
+        offsets = np.concatenate([[0], np.cumsum(reader.lengths)]).astype(np.int64)
+        pairs = _match(target_keys, source, keys, np.repeat(eligible, reader.lengths))
+        counts = np.bincount(pairs.column("row").to_numpy(), minlength=int(sum(reader.lengths)))
+        repeated = int(np.count_nonzero(counts > 1))
+        kinds = {c.kind: c for c in self.clauses}
+        matched_clause = kinds.get(MATCHED)
+        if repeated and matched_clause is not None and matched_clause.action != "delete":
+            raise self._multiple_matches(repeated)
+        total = int(offsets[-1])
+        is_matched = counts > 0
+        modified = np.zeros(total, dtype=bool)
+        if matched_clause is not None:
+            modified |= is_matched
+        by_source = kinds.get(NOT_MATCHED_BY_SOURCE)
+        if by_source is not None:
+            modified |= ~is_matched
+        file_of_row = np.repeat(np.arange(len(files)), reader.lengths)
+        touched_mask = np.zeros(len(files), dtype=bool)
+        touched_mask[np.unique(file_of_row[modified])] = True
+        touched_index = np.flatnonzero(touched_mask)
+        touched = files.take(pa.array(touched_index, pa.int64()))
+
+        # writeAllChanges: the rows of the touched files, per clause, and the inserts
+        rows_index = np.concatenate(
+            [np.arange(offsets[i], offsets[i + 1]) for i in touched_index] or [[]]
+        ).astype(np.int64)
+        target_rows = reader.read(touched, table.names) if len(touched) else None
+        parts: list[pa.Table] = []
+        per_clause = []
+        if target_rows is not None:
+            in_touched = is_matched[rows_index]
+            kept = ~modified[rows_index]
+            if matched_clause is not None and matched_clause.action == "update":
+                # each matched row matched one source row (checked above)
+                position = np.full(total, -1, dtype=np.int64)
+                position[rows_index] = np.arange(len(rows_index))
+                t_take = pa.array(position[pairs.column("row").to_numpy()])
+                parts.append(
+                    assigners[self.clauses.index(matched_clause)](
+                        target_rows.take(t_take), source.take(pairs.column("srow"))
+                    )
+                )
+            if by_source is not None and by_source.action == "update":
+                unmatched = pa.array(np.flatnonzero(~in_touched))
+                parts.append(
+                    assigners[self.clauses.index(by_source)](target_rows.take(unmatched), None)
+                )
+            parts.append(target_rows.filter(pa.array(kept)).select(table.names))
+        for clause in (c for c in self.clauses if c.kind != NOT_MATCHED):
+            rows = is_matched if clause.kind == MATCHED else ~is_matched
+            per_clause.append(int(np.count_nonzero(rows & modified)))
+        inserting = kinds.get(NOT_MATCHED)
+        if inserting is not None:
+            taken = np.zeros(source.num_rows, dtype=bool)
+            if pairs.num_rows:
+                taken[pc.unique(pairs.column("srow")).to_numpy()] = True
+            new = source.filter(pa.array(~taken))
+            if new.num_rows:
+                parts.append(assigners[self.clauses.index(inserting)](None, new))
+        output = pa.concat_tables([p.cast(table) for p in parts]) if parts else None
+        adds = []
+        if output is not None and output.num_rows:
+            adds = _write_rows(txn, output, self._not_null(txn))
+        copied_and_modified = int(np.count_nonzero(touched_mask[file_of_row]))
+        return self._metrics(per_clause, touched, copied_and_modified, adds, source.num_rows)
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _table_schema(self, txn: OptimisticTransaction) -> pa.Schema:
+        """The table's schema; UnsupportedMergeError when its data needs more than pyarrow."""
+        check_writer_support(txn.protocol, txn.table, txn.metadata)
+        metadata = txn.metadata
+        problems = []
+        if metadata.column_mapping_mode != "none":
+            problems.append("column mapping")
+        if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
+            problems.append("CHECK constraints")
+        schema = metadata.schema
+        for f in schema:
+            extra = delta_field_metadata(f)
+            if "delta.invariants" in extra or "delta.typeChanges" in extra:
+                problems.append(f"column {f.name} (invariants or type changes)")
+            if pa.types.is_null(f.type) or _nested(f.type):
+                problems.append(f"column {f.name} ({f.type})")
+        if problems:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the in-process MERGE does not handle "
+                + ", ".join(problems)
+            )
+        return pa.schema([pa.field(f.name, f.type) for f in schema])
+
+    @staticmethod
+    def _not_null(txn: OptimisticTransaction) -> list[str]:
+        """The table's non-nullable top-level columns (NOT NULL constraints)."""
+        return [f.name for f in txn.metadata.schema if not f.nullable]
+
+    def _source_column(self, source: pa.Table, name: str) -> str:
+        found = [c for c in source.column_names if c.lower() == name.lower()]
+        if len(found) != 1:
+            problem = "is ambiguous in" if found else "is not a column of"
+            raise ValueError(
+                f"MERGE into {self.target_uri}: {self.source_alias}.{name} {problem} the source "
+                f"(columns: {', '.join(source.column_names)})"
+            )
+        return found[0]
+
+    def _reference(self, text: str) -> tuple[str, str] | None:
+        """(alias lower case, column) of `<alias>.<column>`, or None."""
+        match = _REFERENCE.fullmatch(text.strip())
+        if match is None:
+            return None
+        alias = match.group(1).lower()
+        if alias not in (self.source_alias.lower(), self.target_alias.lower()):
+            return None
+        return alias, match.group(2) or match.group(3)
+
+    def _reads_source(self, sql: str) -> bool:
+        """Whether `sql` names a column of the source alias."""
+        alias = self.source_alias.lower()
+        return any(m.group(1).lower() == alias for m in _REFERENCE.finditer(sql))
+
+    def _keys(
+        self, conjuncts: list[tuple[str, str | None]], table: pa.Schema, source: pa.Table
+    ) -> list[tuple[str, str]]:
+        """(target column, source column) of each equality of the condition; `conjuncts` come
+        with their partition predicates (those over literals are evaluated on the files)."""
+        keys = []
+        target_alias = self.target_alias.lower()
+        by_lower = {n.lower(): n for n in table.names}
+        for conjunct, partition in conjuncts:
+            if partition is not None and not self._reads_source(conjunct):
+                continue
+            sides = re.split(r"(?<![<>!=])==?(?![=>])", conjunct)
+            refs = [self._reference(s) for s in sides] if len(sides) == 2 else [None]
+            if None in refs or {r[0] for r in refs if r} != {
+                target_alias,
+                self.source_alias.lower(),
+            }:
+                raise UnsupportedMergeError(
+                    f"MERGE into {self.target_uri}: the in-process MERGE needs a condition of "
+                    f"equalities between target and source columns, not {conjunct!r}"
+                )
+            t_ref, s_ref = refs if refs[0][0] == target_alias else refs[::-1]
+            target = by_lower.get(t_ref[1].lower())
+            if target is None:
+                raise ValueError(
+                    f"MERGE into {self.target_uri}: {self.target_alias}.{t_ref[1]} is not a "
+                    f"column of the table (columns: {', '.join(table.names)})"
+                )
+            name = self._source_column(source, s_ref[1])
+            t_type, s_type = table.field(target).type, source.schema.field(name).type
+            if not _joinable(t_type, s_type):
+                raise UnsupportedMergeError(
+                    f"MERGE into {self.target_uri}: the in-process MERGE does not join "
+                    f"{t_type} with {s_type} ({conjunct!r})"
+                )
+            keys.append((target, name))
+        if not keys:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the condition {self.condition!r} has no "
+                "equality between a target and a source column"
+            )
+        return keys
+
+    def _assigner(self, clause: MergeClause, table: pa.Schema, source: pa.Table) -> Any:
+        """A function (target rows, source rows) -> the output rows of `clause`, typed as the
+        table; UnsupportedMergeError for a condition or an expression it cannot evaluate."""
+        if clause.condition is not None:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the in-process MERGE runs clauses without "
+                f"conditions only, not {clause.condition!r}"
+            )
+        if clause.action == "delete":
+            return None
+        plan: list[tuple[str, Any]] = []
+        for field in table:
+            sql = self._resolve(clause, field.name)
+            if sql is None:
+                plan.append(("null", None))
+                continue
+            ref = self._reference(sql)
+            if ref is not None:
+                side = "s" if ref[0] == self.source_alias.lower() else "t"
+                if side == "t" and clause.kind == NOT_MATCHED:
+                    raise ValueError(
+                        f"MERGE into {self.target_uri}: an insert cannot read the target ({sql})"
+                    )
+                if side == "s" and clause.kind == NOT_MATCHED_BY_SOURCE:
+                    raise ValueError(
+                        f"MERGE into {self.target_uri}: a NOT MATCHED BY SOURCE clause cannot "
+                        f"read the source ({sql})"
+                    )
+                if side == "s":
+                    name = self._source_column(source, ref[1])
+                else:
+                    name = {n.lower(): n for n in table.names}.get(ref[1].lower())
+                    if name is None:
+                        raise ValueError(f"MERGE into {self.target_uri}: unknown column {sql}")
+                plan.append((side, name))
+            else:
+                plan.append(("value", _literal(sql, field.type, self.target_uri)))
+
+        def assign(target: pa.Table | None, src: pa.Table | None) -> pa.Table:
+            rows = (target if target is not None else src).num_rows
+            columns = []
+            for field, (kind, value) in zip(table, plan, strict=True):
+                if kind == "s":
+                    column = src.column(value)
+                elif kind == "t":
+                    column = target.column(value)
+                elif kind == "value" and value is not None:
+                    column = _repeat(value, rows)
+                else:
+                    column = pa.nulls(rows, field.type)
+                columns.append(_cast(column, field, self.target_uri))
+            return pa.Table.from_arrays(columns, schema=table)
+
+        return assign
+
+
+def merge_arrow(
+    target_uri: str,
+    source: Any,
+    condition: str,
+    source_alias: str = "s",
+    target_alias: str = "t",
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> ArrowMergeBuilder:
+    """A MERGE of `source` (a pyarrow Table, RecordBatchReader or anything exporting an Arrow
+    stream) into the Delta table at `target_uri` on `condition`, run in this process.
+
+    Example::
+
+        merge_arrow(uri, updates, "t.id = s.id").when_matched_update_all()\\
+            .when_not_matched_insert_all().execute()
+    """
+    if _arrow_source(source) is None:
+        raise TypeError(f"MERGE into {target_uri}: the source is not Arrow data: {type(source)}")
+    return ArrowMergeBuilder(
+        target_uri,
+        _arrow_source(source),
+        condition,
+        source_alias,
+        target_alias,
+        storage_options=storage_options,
+        commit_properties=commit_properties,
+    )
+
+
+# -- in-process execution ------------------------------------------------------------------
+
+
+class _FileReader:
+    """Reads data files of one snapshot as the table's columns (partition values included)."""
+
+    def __init__(self, txn: OptimisticTransaction, table: pa.Schema) -> None:
+        self.txn = txn
+        self.table = table
+        self.partition_columns = list(txn.metadata.partition_columns)
+        self.fs = get_log_store(txn.delta_log.table_uri, txn.delta_log.storage_options)[0].fs
+        self.root = txn.delta_log.table_path
+        self.lengths = np.zeros(0, dtype=np.int64)
+
+    def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
+        """The `columns` of every row of `files`, in file order; sets `lengths` (rows/file)."""
+        paths = pc.struct_field(files, "path").to_pylist()
+        values = pc.struct_field(files, "partitionValues").to_pylist()
+        data = [c for c in columns if c not in self.partition_columns]
+        with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
+            tables = list(pool.map(lambda p: self._read_file(p, data), paths))
+        self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
+        pieces = []
+        for part, partition in zip(tables, values, strict=True):
+            given = dict(partition or [])
+            arrays = []
+            for name in columns:
+                field = self.table.field(name)
+                if name in self.partition_columns:
+                    value = parse_partition_value(given.get(name), _delta_type(self.txn, name))
+                    arrays.append(_repeat(pa.scalar(value, field.type), part.num_rows))
+                else:
+                    arrays.append(part.column(name))
+            schema = pa.schema([self.table.field(c) for c in columns])
+            pieces.append(pa.Table.from_arrays(arrays, schema=schema))
+        if not pieces:
+            return self.table.empty_table().select(list(columns))
+        return pa.concat_tables(pieces)
+
+    def _read_file(self, path: str, columns: list[str]) -> pa.Table:
+        location = _data_file(self.root, path)
+        local = "file" in self.fs.protocol
+        with contextlib.nullcontext(location) if local else self.fs.open(location, "rb") as f:
+            file = pq.ParquetFile(f, memory_map=local)
+            names = {n.lower(): n for n in file.schema_arrow.names}
+            present = [names[c.lower()] for c in columns if c.lower() in names]
+            read = file.read(columns=present, use_threads=False)
+        arrays = []
+        for name in columns:
+            field = self.table.field(name)
+            found = names.get(name.lower())
+            if found is None:
+                arrays.append(pa.nulls(read.num_rows, field.type))
+            else:
+                arrays.append(_cast(read.column(found), field, path))
+        return pa.Table.from_arrays(
+            arrays, schema=pa.schema([self.table.field(c) for c in columns])
+        )
+
+
+def _data_file(root: str, path: str) -> str:
+    """The fsspec path of a data file the log names by `path` (relative, or an absolute URI)."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(path)
+    if parsed.scheme:
+        if parsed.scheme == "file":
+            return unquote(parsed.path)
+        return unquote(f"{parsed.netloc}{parsed.path}") if parsed.netloc else unquote(path)
+    return f"{root}/{unquote(path)}"
+
+
+def _file_mask(
+    txn: OptimisticTransaction, files: pa.StructArray, predicates: list[str]
+) -> np.ndarray:
+    """Per file: whether its partition satisfies every predicate (its rows can match)."""
+    if not predicates or not len(files):
+        return np.ones(len(files), dtype=bool)
+    schema = json.loads(txn.metadata.schema_string)
+    fields = {f["name"].lower(): f for f in schema["fields"]}
+    columns = {c: fields[c.lower()] for c in txn.metadata.partition_columns}
+    predicate = PartitionPredicate.all_of(
+        [PartitionPredicate.parse(p, columns) for p in predicates]
+    )
+    return pc.fill_null(predicate.evaluate(files), False).to_numpy(zero_copy_only=False)
+
+
+def _match(
+    target: pa.Table, source: pa.Table, keys: list[tuple[str, str]], eligible: np.ndarray
+) -> pa.Table:
+    """(row, srow): the target row index and source row index of every matching pair."""
+    left = pa.table(
+        {f"k{i}": target.column(t) for i, (t, _) in enumerate(keys)}
+        | {"row": pa.array(np.arange(target.num_rows, dtype=np.int64))}
+    ).filter(pa.array(eligible))
+    right = pa.table(
+        {
+            f"k{i}": _key(source.column(s), target.schema.field(t).type)
+            for i, (t, s) in enumerate(keys)
+        }
+        | {"srow": pa.array(np.arange(source.num_rows, dtype=np.int64))}
+    )
+    names = [f"k{i}" for i in range(len(keys))]
+    joined = left.join(right, keys=names, join_type="inner", use_threads=True)
+    return joined.select(["row", "srow"])
+
+
+def _write_rows(txn: OptimisticTransaction, output: pa.Table, not_null: list[str]) -> list[Any]:
+    """Check the `not_null` columns, write `output` (the table's columns) as data files in
+    parallel slices; their AddFiles."""
+    txn.has_written = True
+    for name in not_null:
+        nulls = output.column(name).null_count
+        if nulls:
+            raise ConstraintViolationError(
+                f"NOT NULL constraint on column {name} ({_quote(name)} IS NOT NULL) violated by "
+                f"{nulls} row(s) of the MERGE into {txn.table}",
+                f"NOT NULL({name})",
+                f"{_quote(name)} IS NOT NULL",
+            )
+    metadata = txn.metadata
+    plan = WritePlan.for_table(txn.delta_log, metadata)
+    columns = list(metadata.partition_columns)
+    if columns:
+        types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
+        for c in columns:
+            if types[c] == "string":  # "" is a null partition value: group it with the nulls
+                column = output.column(c)
+                empty = pc.equal(column, "")
+                output = output.set_column(
+                    output.schema.get_field_index(c), c, pc.if_else(empty, None, column)
+                )
+        order = pc.sort_indices(
+            output, sort_keys=[(c, "ascending") for c in columns], null_placement="at_end"
+        )
+        output = output.take(order)
+    slices = max(1, min(os.cpu_count() or 1, output.num_rows // ROWS_PER_WRITE_SLICE))
+    step = -(-output.num_rows // slices)
+    writers = [DataFileWriter(plan, task) for task in range(slices)]
+
+    def write(task: int) -> list[dict[str, Any]]:
+        writer = writers[task]
+        for batch in output.slice(task * step, step).to_batches():
+            if batch.num_rows:
+                for values, rows in partition_runs(plan, batch):
+                    writer.add(values, rows)
+        return writer.finish()
+
+    try:
+        with ThreadPoolExecutor(slices) as pool:
+            rows = [r for result in pool.map(write, range(slices)) for r in result]
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    return add_files(rows)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _arrow_source(source: Any) -> pa.Table | None:
+    """`source` as a pyarrow Table (read whole), or None when it is not Arrow data."""
+    if isinstance(source, pa.Table):
+        return source
+    if isinstance(source, pa.RecordBatchReader):
+        return source.read_all()
+    if hasattr(source, "__arrow_c_stream__") and not hasattr(source, "sparkSession"):
+        return pa.table(source)
+    return None
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t)
+
+
+def _joinable(target: pa.DataType, source: pa.DataType) -> bool:
+    """Whether keys of these types join exactly as Spark compares them (no floats)."""
+    if pa.types.is_integer(target) and pa.types.is_integer(source):
+        return True
+    comparable = (
+        pa.types.is_string(target)
+        or pa.types.is_binary(target)
+        or pa.types.is_boolean(target)
+        or pa.types.is_date(target)
+        or pa.types.is_timestamp(target)
+        or pa.types.is_decimal(target)
+    )
+    return comparable and target == source
+
+
+def _key(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """A source join key in the target key's type (integers widen losslessly to int64)."""
+    if pa.types.is_integer(target) and column.type != target:
+        return pc.cast(column, pa.int64())
+    return column
+
+
+def _repeat(value: pa.Scalar, rows: int) -> pa.Array:
+    """`value` repeated `rows` times (vectorised)."""
+    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
+
+
+def _castable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a MERGE may store `source` values in a `target` column (same family)."""
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+    if any(f(source) for f in numeric) and any(f(target) for f in numeric):
+        return True
+    if pa.types.is_timestamp(target):
+        return pa.types.is_timestamp(source) or pa.types.is_date(source)
+    family = (pa.types.is_string, pa.types.is_large_string)
+    if any(f(source) for f in family) and any(f(target) for f in family):
+        return True
+    return pa.types.is_null(source) or source == target
+
+
+def _cast(
+    column: pa.ChunkedArray | pa.Array, field: pa.Field, where: str
+) -> pa.ChunkedArray | pa.Array:
+    """`column` cast to `field`'s type; a cast across type families or one that loses values
+    is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
+    if column.type == field.type:
+        return column
+    if not _castable(column.type, field.type):
+        raise ValueError(
+            f"MERGE into {where}: cannot store {column.type} values in column {field.name} "
+            f"({field.type})"
+        )
+    try:
+        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(
+            f"MERGE into {where}: cannot cast column {field.name} from {column.type} to "
+            f"{field.type}: {exc}"
+        ) from None
+
+
+def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
+    """A SQL literal (NULL, TRUE/FALSE, a number, a 'string') as a scalar of `type_`."""
+    text = sql.strip()
+    lowered = text.lower()
+    if lowered == "null":
+        return None
+    value: Any
+    if lowered in ("true", "false"):
+        value = lowered == "true"
+    elif _NUMBER.fullmatch(text):
+        value = decimal.Decimal(text) if "." in text else int(text)
+        if pa.types.is_floating(type_):
+            value = float(value)
+    elif len(text) > 1 and text[0] == text[-1] == "'" and "\\" not in text:
+        value = text[1:-1].replace("''", "'")
+    else:
+        raise UnsupportedMergeError(
+            f"MERGE into {table}: the in-process MERGE evaluates column references and "
+            f"literals only, not {sql!r}"
+        )
+    try:
+        return pc.cast(pa.scalar(value), type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise ValueError(f"MERGE into {table}: cannot use {sql} as {type_}: {exc}") from None
+
+
+def _delta_type(txn: OptimisticTransaction, column: str) -> Any:
+    fields = json.loads(txn.metadata.schema_string)["fields"]
+    return next(f["type"] for f in fields if f["name"] == column)
+
+
+def _assignments(mapping: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `mapping` (target column -> SQL expression); ValueError when empty or not text."""
+    if not mapping or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+    ):
+        raise ValueError(
+            f"MERGE assignments must map target column names to SQL expressions, got {mapping!r}"
+        )
+    return dict(mapping)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _conjuncts(condition: str) -> list[str]:
+    """The top-level AND operands of a SQL condition, outer parentheses removed."""
+    parts, depth, start, between = [], 0, 0, False
+    for token in _TOKEN.finditer(condition):
+        word = token.group().lower()
+        depth += {"(": 1, ")": -1}.get(word, 0)
+        if depth or word not in ("and", "between"):
+            continue
+        if word == "between" or between:
+            between = word == "between"
+            continue
+        parts.append(condition[start : token.start()])
+        start = token.end()
+    parts.append(condition[start:])
+    result = []
+    for part in (p.strip() for p in parts):
+        inner = _unwrap(part)
+        result.extend(_conjuncts(inner) if inner is not None else [part])
+    return result
+
+
+def _unwrap(text: str) -> str | None:
+    """`text` without the parentheses that enclose all of it, or None."""
+    if not text.startswith("("):
+        return None
+    depth = 0
+    for token in _TOKEN.finditer(text):
+        depth += {"(": 1, ")": -1}.get(token.group(), 0)
+        if depth == 0:
+            return text[1:-1] if token.end() == len(text) else None
+    return None
+
+
+def _sql_literal(value: object) -> str:
+    """A value of a prunable partition type as a literal of the engine's predicates."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.date):
+        return f"DATE '{value.isoformat()}'"
+    return "'" + str(value).replace("'", "''") + "'"
