@@ -646,8 +646,8 @@ class ArrowMergeBuilder(MergeBuilder):
         plan: list[tuple[str, Any]] = []
         for field in table:
             sql = self._resolve(clause, field.name)
-            if sql is None:
-                plan.append(("null", None))
+            if sql is None:  # an update keeps the target's value, an insert leaves NULL
+                plan.append(("t", field.name) if clause.action == "update" else ("null", None))
                 continue
             ref = self._reference(sql)
             if ref is not None:
@@ -852,9 +852,7 @@ def _write_rows(txn: OptimisticTransaction, output: pa.Table, not_null: list[str
                 output = output.set_column(
                     output.schema.get_field_index(c), c, pc.if_else(empty, None, column)
                 )
-        order = pc.sort_indices(
-            output, sort_keys=[(c, "ascending") for c in columns], null_placement="at_end"
-        )
+        order = pc.sort_indices(output, sort_keys=[(c, "ascending", "at_end") for c in columns])
         output = output.take(order)
     slices = max(1, min(os.cpu_count() or 1, output.num_rows // ROWS_PER_WRITE_SLICE))
     step = -(-output.num_rows // slices)

@@ -1,0 +1,216 @@
+"""MERGE of Arrow data, run in process by the engine: the same rows and metrics as Spark's MERGE.
+
+Each case runs one MERGE twice on two copies of a table: once with a Spark DataFrame source
+(the Spark executor) and once with the same rows as a pyarrow Table (the engine's in-process
+executor). Both tables must then hold the same rows, read by deltalake, and both commits the
+same metrics (file counts and bytes aside: the executors cut files differently).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.merge import UnsupportedMergeError, merge_arrow
+from airflow_delta.spark.merge import (
+    DeltaMergeBuilder,
+    MultipleSourceRowMatchingTargetRowInMergeError,
+    merge_delta,
+)
+from airflow_delta.spark.write import write_delta
+
+DDL = "id long, value string, part string"
+SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.string()), ("part", pa.string())])
+Row = tuple[int | None, str | None, str | None]
+BASE: list[Row] = [(1, "a1", "a"), (2, "a2", "a"), (3, "b3", "b"), (4, "b4", "b"), (5, "c5", "c")]
+SOURCE: list[Row] = [(2, "new2", "a"), (4, "new4", "b"), (9, "new9", "c"), (None, "nul", "c")]
+#: Metrics that depend on how an executor cuts its output into files.
+FILE_LAYOUT = {"numTargetFilesAdded", "numTargetBytesAdded"}
+
+Clauses = Callable[[DeltaMergeBuilder], DeltaMergeBuilder]
+
+
+def rows_of(uri: str) -> list[tuple]:
+    table = DeltaTable(uri).to_pyarrow_dataset().to_table(columns=["id", "value", "part"])
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+def last_metrics(uri: str) -> dict[str, int]:
+    history = DeltaLog.for_table(uri).history(limit=1)[0]
+    return {k: int(v) for k, v in history["operationMetrics"].items()}
+
+
+@pytest.fixture(scope="module")
+def base_table(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table partitioned by `part`, one file per partition (copied for every MERGE)."""
+    path = tmp_path_factory.mktemp("merge-arrow") / "base"
+    DeltaLog.create_table(str(path), SCHEMA, ["part"])
+    write_delta(spark.createDataFrame(BASE, DDL).repartition("part"), str(path))
+    return path
+
+
+def both(
+    spark: SparkSession,
+    base: Path,
+    tmp_path: Path,
+    condition: str,
+    clauses: Clauses,
+    source: list[Row] = SOURCE,
+) -> tuple[list[tuple], dict[str, int]]:
+    """Run the MERGE with a Spark and with an Arrow source; the (equal) rows and metrics."""
+    results = []
+    for kind in ("spark", "arrow"):
+        uri = str(tmp_path / kind)
+        shutil.copytree(base, uri)
+        data: Any = spark.createDataFrame(source, DDL)
+        if kind == "arrow":
+            data = pa.Table.from_pylist(
+                [dict(zip(SCHEMA.names, r, strict=True)) for r in source], SCHEMA
+            )
+        builder = clauses(merge_delta(uri, data, condition))
+        if kind == "arrow":  # the engine ran it: no Spark DataFrame was made of the source
+            builder._write_spark = None  # type: ignore[method-assign]
+        result = builder.execute()
+        metrics = {k: v for k, v in last_metrics(uri).items() if k not in FILE_LAYOUT}
+        assert {k: v for k, v in result.items() if k not in FILE_LAYOUT} == {
+            **metrics,
+            "version": 2,
+        }
+        results.append((rows_of(uri), metrics))
+    assert results[0] == results[1]
+    return results[1]
+
+
+CASES: dict[str, tuple[str, Clauses]] = {
+    "upsert": (
+        "t.id = s.id AND t.part = s.part",
+        lambda m: m.when_matched_update_all().when_not_matched_insert_all(),
+    ),
+    "delete on match": ("t.id = s.id", lambda m: m.when_matched_delete()),
+    "insert only": ("s.id = t.id", lambda m: m.when_not_matched_insert_all()),
+    "by source delete": (
+        "t.id = s.id",
+        lambda m: m.when_matched_update({"value": "s.value"}).when_not_matched_by_source_delete(),
+    ),
+    "by source update": (
+        "t.id = s.id",
+        lambda m: m.when_not_matched_by_source_update({"value": "'stale'", "t.part": "t.part"}),
+    ),
+    "literal partition conjunct": (
+        "t.id = s.id AND t.part = 'a'",
+        lambda m: m.when_matched_update({"value": "NULL"}).when_not_matched_insert(
+            {"id": "s.id", "part": "'z'"}
+        ),
+    ),
+    "partition value changes": (
+        "t.id = s.id",
+        lambda m: m.when_matched_update({"part": "s.value", "`value`": "t.part"}),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_arrow_merge_matches_spark(
+    spark: SparkSession, base_table: Path, tmp_path: Path, case: str
+) -> None:
+    condition, clauses = CASES[case]
+    rows, metrics = both(spark, base_table, tmp_path, condition, clauses)
+    assert metrics["numSourceRows"] == len(SOURCE)
+    if case == "upsert":
+        assert rows == sorted(
+            [
+                (1, "a1", "a"),
+                (2, "new2", "a"),
+                (3, "b3", "b"),
+                (4, "new4", "b"),
+                (5, "c5", "c"),
+                (9, "new9", "c"),
+                (None, "nul", "c"),
+            ],
+            key=repr,
+        )
+        assert metrics["numTargetRowsUpdated"] == 2
+        assert metrics["numTargetRowsInserted"] == 2  # the NULL id matches nothing
+        assert metrics["numTargetFilesRemoved"] == 2  # partition c untouched
+    if case == "literal partition conjunct":
+        assert (4, "b4", "b") in rows and (2, None, "a") in rows and (4, None, "z") in rows
+
+
+def test_multiple_matches(spark: SparkSession, base_table: Path, tmp_path: Path) -> None:
+    """Two source rows on one target row: an update is refused, a delete is not."""
+    twice = [*SOURCE, (2, "again", "a")]
+    uri = str(tmp_path / "t")
+    shutil.copytree(base_table, uri)
+    source = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in twice], SCHEMA)
+    with pytest.raises(MultipleSourceRowMatchingTargetRowInMergeError, match="1 target row"):
+        merge_arrow(uri, source, "t.id = s.id").when_matched_update_all().execute()
+    assert DeltaLog.for_table(uri).update().version == 1
+    rows, metrics = both(
+        spark, base_table, tmp_path, "t.id = s.id", lambda m: m.when_matched_delete(), twice
+    )
+    assert metrics["numTargetRowsDeleted"] == 2
+    assert [r[0] for r in rows] == [1, 3, 5]
+
+
+def test_unsupported_merges_fall_back_to_spark(
+    spark: SparkSession, base_table: Path, tmp_path: Path
+) -> None:
+    """A clause condition or an expression the engine does not evaluate: merge_arrow refuses
+    before writing anything, and merge_delta runs the same MERGE on Spark."""
+    source = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in SOURCE], SCHEMA)
+    uri = str(tmp_path / "t")
+    shutil.copytree(base_table, uri)
+    unsupported = {
+        "clause condition": lambda m: m.when_matched_update_all("s.value > t.value"),
+        "expression": lambda m: m.when_matched_update({"value": "upper(s.value)"}),
+        "non-equi condition": None,
+    }
+    for name, clauses in unsupported.items():
+        condition = "t.id < s.id" if clauses is None else "t.id = s.id"
+        builder = merge_arrow(uri, source, condition)
+        builder = (clauses or (lambda m: m.when_matched_delete()))(builder)
+        with pytest.raises(UnsupportedMergeError, match="in-process MERGE"):
+            builder.execute()
+        assert DeltaLog.for_table(uri).update().version == 1, name
+    assert sorted(p.name for p in Path(uri).glob("part=*/*.parquet")) == sorted(
+        p.name for p in base_table.glob("part=*/*.parquet")
+    )
+    result = (
+        merge_delta(uri, source, "t.id = s.id")
+        .when_matched_update({"value": "upper(s.value)"})
+        .execute()
+    )
+    assert result["numTargetRowsUpdated"] == 2
+    assert (2, "NEW2", "a") in rows_of(uri)
+
+
+def test_not_null_and_types(spark: SparkSession, tmp_path: Path) -> None:
+    """NOT NULL holds (nothing committed); narrower integer keys and values are widened."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("value", pa.string())])
+    DeltaLog.create_table(uri, schema)
+    write_delta(spark.createDataFrame([(1, "a")], "id long, value string"), uri)
+    narrow = pa.table({"id": pa.array([1, 2], pa.int32()), "value": ["b", "c"]})
+    merge_arrow(uri, narrow, "t.id = s.id").when_matched_update_all().when_not_matched_insert(
+        {"id": "s.id", "value": "s.value"}
+    ).execute()
+    assert sorted(DeltaTable(uri).to_pyarrow_dataset().to_table().to_pylist(), key=repr) == [
+        {"id": 1, "value": "b"},
+        {"id": 2, "value": "c"},
+    ]
+    new = pa.table({"id": pa.array([3], pa.int32()), "value": ["d"]})
+    with pytest.raises(ConstraintViolationError, match="NOT NULL constraint on column id"):
+        merge_arrow(uri, new, "t.id = s.id").when_not_matched_insert({"value": "s.value"}).execute()
+    assert DeltaLog.for_table(uri).update().version == 2
+    stats = json.loads(DeltaLog.for_table(uri).update().all_files()[0].stats)
+    assert stats["numRecords"] == 2 and stats["minValues"]["id"] == 1
