@@ -11,20 +11,22 @@ over the whole target (`id = 20 * k + 7`, so every target file holds matches) an
 (`2_000_000 + k`), with `name = 'upd-<id>'`, `value = id * 2.0 + 1`. Timed, from reading the
 source file to the committed merge:
 
-* ours:      `merge_delta(p, spark.read.parquet(src), "t.id = s.id")
-             .when_matched_update_all().when_not_matched_insert_all().execute()`
+* ours:      `merge_delta(p, pq.read_table(src), "t.id = s.id")
+             .when_matched_update_all().when_not_matched_insert_all().execute()`: an Arrow
+             source, which the engine merges in process (no Spark job; headline)
+* ours, Spark DataFrame source: the same with `spark.read.parquet(src)`, run on Spark
 * deltalake: `DeltaTable(p).merge(source=pq.read_table(src), predicate="t.id = s.id",
              source_alias="s", target_alias="t").when_matched_update_all()
              .when_not_matched_insert_all().execute()` (defaults: streamed_exec=True)
 
-Each repetition of each system runs in a fresh process. Not timed: imports, Spark start + one
-tiny job (ours), and a warm-up merge of the same kind on a tiny scratch table (both systems:
-loads classes, starts ours' Python workers). Timed (headline): the first full merge after that.
-The JVM's JIT is still cold for it (a tiny warm-up does not trigger it), so each child then
-merges a second fresh copy of the target: "merge, 2nd in the process" is the warm-JVM steady
-state. Ours' time is split into phases by wrapping the merge's private steps in the child
-(`_find_touched_files`, `write_files`, `_commit`; the rest is snapshot load, planning, the
-source row count and the metrics).
+Each repetition of each system runs in a fresh process. Not timed: imports, a warm-up merge of
+the same kind on a tiny scratch table (both systems), and for the Spark merge Spark's start, one
+tiny job and a tiny warm-up Spark merge. Timed (headline): the first full merge after that; each
+child then merges a second fresh copy of the target ("merge, 2nd in the process"). Ours then
+starts Spark and merges a third copy from a Spark DataFrame, with its time split into phases by
+wrapping the Spark merge's private steps (`_find_touched_files`, `write_files`, `_commit`; the
+rest is snapshot load, planning, the source row count and the metrics). Its ratio is against
+deltalake's first merge.
 
 Checks: each child reads its merged tables back with its own reader (2.1M rows) and its merge
 metrics (100k updated, 100k inserted); after the last repetition deltalake reads both merged
@@ -53,8 +55,9 @@ INSERTED = 100_000
 MATCH_STRIDE = 20
 MATCH_OFFSET = 7
 CONDITION = "t.id = s.id"
-#: (metric key prefix, table directory) of the two merges each child times, on two copies.
-RUNS = (("", "table"), ("2nd:", "table2"))
+#: (metric key prefix, table directory) of the merges each child times, on fresh copies; the
+#: last is ours' merge of a Spark DataFrame source (deltalake's child times the first two).
+RUNS = (("", "table"), ("2nd:", "table2"), ("spark:", "table3"))
 MAX_REPS = 3
 #: `bench/prof.py` does not apply (the time is spent in the JVM): see the phase metrics.
 PROFILE = False
@@ -113,48 +116,21 @@ def _build(path: str) -> dict:
 
 
 def _ours(path: str) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_delta.engine import DeltaLog
     from bench.spark_util import PhaseTimer, peak_rss_mb, start_spark
 
-    spark, started = start_spark()
+    t0 = perf_counter()
     import airflow_delta.spark.merge as merge_module
-    from airflow_delta.spark import merge_delta, read_delta, write_delta
+    from airflow_delta.spark import merge_delta, read_delta
 
+    imported = perf_counter() - t0
     run = Path(path)
-    warm = str(run / "warmup")
-    write_delta(target_frame(spark, 1000, 2), warm)
-    warm_source = spark.range(900, 1100).selectExpr(
-        "id", "concat('upd-', cast(id as string)) as name", "cast(id as double) as value"
-    )
-    (
-        merge_delta(warm, warm_source, CONDITION)
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .execute()
-    )
+    sample: dict = {"start": imported, "checks": []}
 
-    phases = PhaseTimer()
-    builder = merge_module.DeltaMergeBuilder
-    phases.wrap(builder, "_find_touched_files", "find touched files")
-    phases.wrap(merge_module, "write_files", "write files")
-    phases.wrap(builder, "_commit", "commit")
-    sample: dict = {"start": started, "checks": []}
-    for key, name in RUNS:
-        phases.reset()
-        table = str(run / name)
-        t0 = perf_counter()
-        source = spark.read.parquet(str(source_path()))
-        metrics = (
-            merge_delta(table, source, CONDITION)
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
-        t1 = perf_counter()
-        sample[key + "merge"] = t1 - t0
-        if len(phases.seconds) == 3:
-            sample[key + "phase_rest"] = t1 - t0 - sum(phases.seconds.values())
-            for phase, seconds in phases.seconds.items():
-                sample[f"{key}phase:{phase}"] = seconds
+    def merged(key: str, table: str, metrics: dict) -> None:
         sample["checks"].append(
             {
                 "updated": metrics["numTargetRowsUpdated"],
@@ -162,11 +138,78 @@ def _ours(path: str) -> dict:
                 "files_removed": metrics["numTargetFilesRemoved"],
                 "files_added": metrics["numTargetFilesAdded"],
                 "version": metrics["version"],
+                "table": table,
             }
         )
+
+    # Arrow source: merged in process by the engine (no JVM running)
+    warm = str(run / "warmup")
+    ids = pa.array(range(1000), pa.int64())
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("value", pa.float64())])
+    DeltaLog.create_table(warm, schema)
+    names = pa.array([f"name-{i}" for i in range(1000)])
+    warm_rows = pa.table([ids, names, pa.array([i * 0.5 for i in range(1000)])], schema=schema)
+    merge_delta(warm, warm_rows, CONDITION).when_not_matched_insert_all().execute()
+    (
+        merge_delta(warm, warm_rows.slice(900), CONDITION)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    for key, name in RUNS[:2]:
+        table = str(run / name)
+        t0 = perf_counter()
+        source = pq.read_table(str(source_path()))
+        metrics = (
+            merge_delta(table, source, CONDITION)
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        sample[key + "merge"] = perf_counter() - t0
+        merged(key, table, metrics)
+
+    # Spark DataFrame source: merged on Spark
+    spark, started = start_spark()
+    sample["spark:start"] = started
+    spark_warm = str(run / "warmup-spark")
+    from airflow_delta.spark import write_delta
+
+    write_delta(target_frame(spark, 1000, 2), spark_warm)
+    warm_source = spark.range(900, 1100).selectExpr(
+        "id", "concat('upd-', cast(id as string)) as name", "cast(id as double) as value"
+    )
+    (
+        merge_delta(spark_warm, warm_source, CONDITION)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    phases = PhaseTimer()
+    builder = merge_module.DeltaMergeBuilder
+    phases.wrap(builder, "_find_touched_files", "find touched files")
+    phases.wrap(merge_module, "write_files", "write files")
+    phases.wrap(builder, "_commit", "commit")
+    key, name = RUNS[2]
+    table = str(run / name)
+    t0 = perf_counter()
+    source = spark.read.parquet(str(source_path()))
+    metrics = (
+        merge_delta(table, source, CONDITION)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    t1 = perf_counter()
+    sample[key + "merge"] = t1 - t0
+    if len(phases.seconds) == 3:
+        sample[key + "phase_rest"] = t1 - t0 - sum(phases.seconds.values())
+        for phase, seconds in phases.seconds.items():
+            sample[f"{key}phase:{phase}"] = seconds
+    merged(key, table, metrics)
     phases.restore()
-    for check, (_, name) in zip(sample["checks"], RUNS, strict=True):
-        check["rows"] = read_delta(spark, str(run / name)).count()
+    for check in sample["checks"]:
+        check["rows"] = read_delta(spark, check.pop("table")).count()
     spark.stop()
     sample["maxrss_mb"] = peak_rss_mb()
     return sample
@@ -195,7 +238,7 @@ def _deltalake(path: str) -> dict:
     ).when_matched_update_all().when_not_matched_insert_all().execute()
 
     sample: dict = {"start": imported, "checks": [], "deltalake_metrics": []}
-    for key, name in RUNS:
+    for key, name in RUNS[:2]:
         table = str(run / name)
         t0 = perf_counter()
         source = pq.read_table(str(source_path()))
@@ -234,15 +277,13 @@ CHILD_TASKS = {"ours": _ours, "deltalake": _deltalake, "build": _build}
 _METRICS = {
     "merge": HEADLINE,
     "2nd:merge": "merge, 2nd in the process",
-    "phase:find touched files": "find touched files (join)",
-    "phase:write files": "write files (rewrite+insert)",
-    "phase:commit": "commit",
-    "phase_rest": "rest (load, plan, counts)",
-    "2nd:phase:find touched files": "2nd: find touched files",
-    "2nd:phase:write files": "2nd: write files",
-    "2nd:phase:commit": "2nd: commit",
-    "2nd:phase_rest": "2nd: rest",
-    "start": "start: spark+tiny job / import",
+    "spark:merge": "merge, Spark DataFrame source",
+    "spark:phase:find touched files": "Spark: find touched files (join)",
+    "spark:phase:write files": "Spark: write files (rewrite+insert)",
+    "spark:phase:commit": "Spark: commit",
+    "spark:phase_rest": "Spark: rest (load, plan, counts)",
+    "spark:start": "Spark: start + tiny job (not timed)",
+    "start": "import (not timed)",
 }
 
 
@@ -340,6 +381,8 @@ def run(reps: int = 3):
             path = _fresh_run_dir(original, f"b6-{system}")
             sample = run_child("b6_merge", system, path, timeout=CHILD_TIMEOUT)
             _check(system, sample)
+            if system == "deltalake":  # the Spark-source merge is compared with the same merge
+                sample["spark:merge"] = sample["merge"]
             record(result, system, sample, _METRICS)
             rss.setdefault(system, []).append(sample["maxrss_mb"])
             first = sample["checks"][0]

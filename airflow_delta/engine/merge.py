@@ -28,11 +28,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import functools
 import json
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
 
 #: Most distinct source values turned into a `<partition> IN (...)` predicate to prune files.
 MAX_PRUNING_VALUES = 1000
-#: Rows per parallel writer slice of an in-process MERGE (at most one slice per core).
+#: Inserted rows per writing task of an in-process MERGE (tasks run on a thread per core).
 ROWS_PER_WRITE_SLICE = 500_000
 
 #: Delta types whose partition predicates compare in the engine exactly as in Spark.
@@ -434,6 +435,23 @@ class MergeBuilder:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class _Matches:
+    """What findTouchedFiles found over the candidate rows (all files, in file order)."""
+
+    lengths: np.ndarray  # rows per file
+    starts: np.ndarray  # the first row of each file
+    pairs: pa.Table  # (row, srow) of every matching target and source row
+    is_matched: np.ndarray  # per row: some source row matched it
+    modified: np.ndarray  # per row: a MATCHED or NOT MATCHED BY SOURCE clause applies
+    touched: np.ndarray  # per file: it holds a modified row
+
+    def num_modified(self, kind: str) -> int:
+        """Target rows the clause of `kind` (MATCHED or NOT MATCHED BY SOURCE) changes."""
+        rows = self.is_matched if kind == MATCHED else ~self.is_matched
+        return int(np.count_nonzero(rows & self.modified))
+
+
 class ArrowMergeBuilder(MergeBuilder):
     """MERGE of an Arrow table into a Delta table, run in this process on pyarrow.
 
@@ -457,7 +475,7 @@ class ArrowMergeBuilder(MergeBuilder):
         self._check_assignments(table.names)
         conjuncts = self._partition_conjuncts(txn)
         keys = self._keys(conjuncts, table, source)
-        assigners = [self._assigner(c, table, source) for c in self.clauses]
+        assigners = {c.kind: self._assigner(c, table, source) for c in self.clauses}
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         if pc.struct_field(files, "deletionVector").null_count != len(files):
             raise UnsupportedMergeError(
@@ -465,75 +483,114 @@ class ArrowMergeBuilder(MergeBuilder):
             )
         reader = _FileReader(txn, table)
         literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
-        eligible = _file_mask(txn, files, literal)
+        found = self._find_touched_files_in_process(reader, files, source, keys, literal)
+        touched = files.filter(pa.array(found.touched))
+        tasks = self._changes_in_process(reader, files, found, source, assigners)
+        adds = _write_tasks(txn, tasks, self._not_null(txn)) if tasks else []
+        per_clause = [found.num_modified(c.kind) for c in self.clauses if c.kind != NOT_MATCHED]
+        rows = int(found.lengths[found.touched].sum())
+        return self._metrics(per_clause, touched, rows, adds, source.num_rows)
 
-        # findTouchedFiles: join the target's keys (eligible files only) with the source's
-        target_keys = reader.read(files, [t for t, _ in keys])
-        offsets = np.concatenate([[0], np.cumsum(reader.lengths)]).astype(np.int64)
-        pairs = _match(target_keys, source, keys, np.repeat(eligible, reader.lengths))
-        counts = np.bincount(pairs.column("row").to_numpy(), minlength=int(sum(reader.lengths)))
-        repeated = int(np.count_nonzero(counts > 1))
+    def _find_touched_files_in_process(
+        self,
+        reader: _FileReader,
+        files: pa.StructArray,
+        source: pa.Table,
+        keys: list[tuple[str, str]],
+        literal: list[str],
+    ) -> _Matches:
+        """Join the join keys of `files` whose partition satisfies the `literal` predicates
+        with the source's; which rows matched, and the files a clause modifies.
+
+        Raises MultipleSourceRowMatchingTargetRowInMergeError when a target row matched several
+        source rows and the MATCHED clause updates it (several matches are fine for a delete).
+        """
+        target = reader.read(files, [t for t, _ in keys])
+        eligible = np.repeat(_file_mask(reader.txn, files, literal), reader.lengths)
+        pairs = _match(target, source, keys, eligible)
+        counts = np.bincount(pairs.column("row").to_numpy(), minlength=target.num_rows)
         kinds = {c.kind: c for c in self.clauses}
-        matched_clause = kinds.get(MATCHED)
-        if repeated and matched_clause is not None and matched_clause.action != "delete":
+        matched = kinds.get(MATCHED)
+        repeated = int(np.count_nonzero(counts > 1))
+        if repeated and matched is not None and matched.action != "delete":
             raise self._multiple_matches(repeated)
-        total = int(offsets[-1])
         is_matched = counts > 0
-        modified = np.zeros(total, dtype=bool)
-        if matched_clause is not None:
+        modified = np.zeros(target.num_rows, dtype=bool)
+        if matched is not None:
             modified |= is_matched
-        by_source = kinds.get(NOT_MATCHED_BY_SOURCE)
-        if by_source is not None:
+        if NOT_MATCHED_BY_SOURCE in kinds:
             modified |= ~is_matched
-        file_of_row = np.repeat(np.arange(len(files)), reader.lengths)
-        touched_mask = np.zeros(len(files), dtype=bool)
-        touched_mask[np.unique(file_of_row[modified])] = True
-        touched_index = np.flatnonzero(touched_mask)
-        touched = files.take(pa.array(touched_index, pa.int64()))
+        lengths = reader.lengths
+        ends = np.cumsum(lengths)
+        per_file = np.concatenate([[0], np.cumsum(modified, dtype=np.int64)])[ends]
+        per_file = np.diff(np.concatenate([[0], per_file]))
+        return _Matches(lengths, ends - lengths, pairs, is_matched, modified, per_file > 0)
 
-        # writeAllChanges: the rows of the touched files, per clause, and the inserts
-        rows_index = np.concatenate(
-            [np.arange(offsets[i], offsets[i + 1]) for i in touched_index] or [[]]
-        ).astype(np.int64)
-        target_rows = reader.read(touched, table.names) if len(touched) else None
-        parts: list[pa.Table] = []
-        per_clause = []
-        if target_rows is not None:
-            in_touched = is_matched[rows_index]
-            kept = ~modified[rows_index]
-            if matched_clause is not None and matched_clause.action == "update":
-                # each matched row matched one source row (checked above)
-                position = np.full(total, -1, dtype=np.int64)
-                position[rows_index] = np.arange(len(rows_index))
-                t_take = pa.array(position[pairs.column("row").to_numpy()])
-                parts.append(
-                    assigners[self.clauses.index(matched_clause)](
-                        target_rows.take(t_take), source.take(pairs.column("srow"))
-                    )
+    def _changes_in_process(
+        self,
+        reader: _FileReader,
+        files: pa.StructArray,
+        found: _Matches,
+        source: pa.Table,
+        assigners: dict[str, Any],
+    ) -> list[Callable[[], pa.Table]]:
+        """writeAllChanges as tasks, each giving rows to write: one per touched file (its rows
+        updated, deleted or copied per clause), and the inserted source rows in slices."""
+        tasks: list[Callable[[], pa.Table]] = []
+        rows = found.pairs.column("row").to_numpy()
+        order = np.argsort(rows, kind="stable")
+        rows, srows = rows[order], found.pairs.column("srow").to_numpy()[order]
+        paths = pc.struct_field(files, "path")
+        values = pc.struct_field(files, "partitionValues")
+        for i in np.flatnonzero(found.touched):
+            start, end = int(found.starts[i]), int(found.starts[i] + found.lengths[i])
+            low, high = np.searchsorted(rows, [start, end])
+            pairs = (rows[low:high] - start, srows[low:high])
+            tasks.append(
+                functools.partial(
+                    self._file_changes,
+                    reader,
+                    (paths[i].as_py(), values[i].as_py()),
+                    slice(start, end),
+                    pairs,
+                    found,
+                    source,
+                    assigners,
                 )
-            if by_source is not None and by_source.action == "update":
-                unmatched = pa.array(np.flatnonzero(~in_touched))
-                parts.append(
-                    assigners[self.clauses.index(by_source)](target_rows.take(unmatched), None)
-                )
-            parts.append(target_rows.filter(pa.array(kept)).select(table.names))
-        for clause in (c for c in self.clauses if c.kind != NOT_MATCHED):
-            rows = is_matched if clause.kind == MATCHED else ~is_matched
-            per_clause.append(int(np.count_nonzero(rows & modified)))
-        inserting = kinds.get(NOT_MATCHED)
-        if inserting is not None:
+            )
+        insert = assigners.get(NOT_MATCHED)
+        if insert is not None:
             taken = np.zeros(source.num_rows, dtype=bool)
-            if pairs.num_rows:
-                taken[pc.unique(pairs.column("srow")).to_numpy()] = True
+            taken[srows] = True
             new = source.filter(pa.array(~taken))
-            if new.num_rows:
-                parts.append(assigners[self.clauses.index(inserting)](None, new))
-        output = pa.concat_tables([p.cast(table) for p in parts]) if parts else None
-        adds = []
-        if output is not None and output.num_rows:
-            adds = _write_rows(txn, output, self._not_null(txn))
-        copied_and_modified = int(np.count_nonzero(touched_mask[file_of_row]))
-        return self._metrics(per_clause, touched, copied_and_modified, adds, source.num_rows)
+            for offset in range(0, new.num_rows, ROWS_PER_WRITE_SLICE):
+                tasks.append(
+                    functools.partial(insert, None, new.slice(offset, ROWS_PER_WRITE_SLICE))
+                )
+        return tasks
+
+    @staticmethod
+    def _file_changes(
+        reader: _FileReader,
+        file: tuple[str, Any],
+        rows: slice,
+        pairs: tuple[np.ndarray, np.ndarray],
+        found: _Matches,
+        source: pa.Table,
+        assigners: dict[str, Any],
+    ) -> pa.Table:
+        """The rows of one touched `file` (path, partition values; `rows` of the candidates)
+        after the clauses; `pairs`: (row in the file, source row) of its matches."""
+        data = reader.read_file(*file, reader.table.names)
+        parts = []
+        update = assigners.get(MATCHED)
+        if update is not None and len(pairs[0]):  # a matched row matched one source row
+            parts.append(update(data.take(pa.array(pairs[0])), source.take(pa.array(pairs[1]))))
+        by_source = assigners.get(NOT_MATCHED_BY_SOURCE)
+        if by_source is not None:
+            parts.append(by_source(data.filter(pa.array(~found.is_matched[rows])), None))
+        parts.append(data.filter(pa.array(~found.modified[rows])))
+        return pa.concat_tables([p.cast(reader.table) for p in parts])
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -738,40 +795,35 @@ class _FileReader:
         """The `columns` of every row of `files`, in file order; sets `lengths` (rows/file)."""
         paths = pc.struct_field(files, "path").to_pylist()
         values = pc.struct_field(files, "partitionValues").to_pylist()
-        data = [c for c in columns if c not in self.partition_columns]
         with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
-            tables = list(pool.map(lambda p: self._read_file(p, data), paths))
+            tables = list(
+                pool.map(lambda f: self.read_file(*f, columns), zip(paths, values, strict=True))
+            )
         self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
-        pieces = []
-        for part, partition in zip(tables, values, strict=True):
-            given = dict(partition or [])
-            arrays = []
-            for name in columns:
-                field = self.table.field(name)
-                if name in self.partition_columns:
-                    value = parse_partition_value(given.get(name), _delta_type(self.txn, name))
-                    arrays.append(_repeat(pa.scalar(value, field.type), part.num_rows))
-                else:
-                    arrays.append(part.column(name))
-            schema = pa.schema([self.table.field(c) for c in columns])
-            pieces.append(pa.Table.from_arrays(arrays, schema=schema))
-        if not pieces:
+        if not tables:
             return self.table.empty_table().select(list(columns))
-        return pa.concat_tables(pieces)
+        return pa.concat_tables(tables)
 
-    def _read_file(self, path: str, columns: list[str]) -> pa.Table:
+    def read_file(self, path: str, partition: Any, columns: Sequence[str]) -> pa.Table:
+        """The `columns` of the data file at `path` (as the log names it) whose partition
+        values are `partition` (the log's map, as key-value pairs)."""
         location = _data_file(self.root, path)
         local = "file" in self.fs.protocol
+        data = [c for c in columns if c not in self.partition_columns]
         with contextlib.nullcontext(location) if local else self.fs.open(location, "rb") as f:
             file = pq.ParquetFile(f, memory_map=local)
             names = {n.lower(): n for n in file.schema_arrow.names}
-            present = [names[c.lower()] for c in columns if c.lower() in names]
+            present = [names[c.lower()] for c in data if c.lower() in names]
             read = file.read(columns=present, use_threads=False)
+        given = dict(partition or [])
         arrays = []
         for name in columns:
             field = self.table.field(name)
             found = names.get(name.lower())
-            if found is None:
+            if name in self.partition_columns:
+                value = parse_partition_value(given.get(name), _delta_type(self.txn, name))
+                arrays.append(_repeat(pa.scalar(value, field.type), read.num_rows))
+            elif found is None:
                 arrays.append(pa.nulls(read.num_rows, field.type))
             else:
                 arrays.append(_cast(read.column(found), field, path))
@@ -827,48 +879,47 @@ def _match(
     return joined.select(["row", "srow"])
 
 
-def _write_rows(txn: OptimisticTransaction, output: pa.Table, not_null: list[str]) -> list[Any]:
-    """Check the `not_null` columns, write `output` (the table's columns) as data files in
-    parallel slices; their AddFiles."""
+def _write_tasks(
+    txn: OptimisticTransaction, tasks: list[Callable[[], pa.Table]], not_null: list[str]
+) -> list[Any]:
+    """Run the `tasks` in parallel, each writing the rows it gives (the table's columns) to
+    its own data files; their AddFiles. A NULL in a `not_null` column fails the write and
+    every file written is removed."""
     txn.has_written = True
-    for name in not_null:
-        nulls = output.column(name).null_count
-        if nulls:
-            raise ConstraintViolationError(
-                f"NOT NULL constraint on column {name} ({_quote(name)} IS NOT NULL) violated by "
-                f"{nulls} row(s) of the MERGE into {txn.table}",
-                f"NOT NULL({name})",
-                f"{_quote(name)} IS NOT NULL",
-            )
     metadata = txn.metadata
     plan = WritePlan.for_table(txn.delta_log, metadata)
+    writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
+    types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
     columns = list(metadata.partition_columns)
-    if columns:
-        types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
+
+    def write(task: int) -> list[dict[str, Any]]:
+        output = tasks[task]()
+        for name in not_null:
+            if output.column(name).null_count:
+                raise ConstraintViolationError(
+                    f"NOT NULL constraint on column {name} ({_quote(name)} IS NOT NULL) violated "
+                    f"by a row of the MERGE into {txn.table}",
+                    f"NOT NULL({name})",
+                    f"{_quote(name)} IS NOT NULL",
+                )
         for c in columns:
             if types[c] == "string":  # "" is a null partition value: group it with the nulls
                 column = output.column(c)
-                empty = pc.equal(column, "")
-                output = output.set_column(
-                    output.schema.get_field_index(c), c, pc.if_else(empty, None, column)
-                )
-        order = pc.sort_indices(output, sort_keys=[(c, "ascending", "at_end") for c in columns])
-        output = output.take(order)
-    slices = max(1, min(os.cpu_count() or 1, output.num_rows // ROWS_PER_WRITE_SLICE))
-    step = -(-output.num_rows // slices)
-    writers = [DataFileWriter(plan, task) for task in range(slices)]
-
-    def write(task: int) -> list[dict[str, Any]]:
+                index = output.schema.get_field_index(c)
+                output = output.set_column(index, c, pc.if_else(pc.equal(column, ""), None, column))
+        if columns:
+            keys = [(c, "ascending", "at_end") for c in columns]
+            output = output.take(pc.sort_indices(output, sort_keys=keys))
         writer = writers[task]
-        for batch in output.slice(task * step, step).to_batches():
+        for batch in output.to_batches():
             if batch.num_rows:
                 for values, rows in partition_runs(plan, batch):
                     writer.add(values, rows)
         return writer.finish()
 
     try:
-        with ThreadPoolExecutor(slices) as pool:
-            rows = [r for result in pool.map(write, range(slices)) for r in result]
+        with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1)) as pool:
+            rows = [r for result in pool.map(write, range(len(tasks))) for r in result]
     except BaseException:
         for writer in writers:
             writer.abort()
