@@ -30,6 +30,7 @@ import datetime as dt
 import decimal
 import functools
 import json
+import logging
 import os
 import re
 import time
@@ -62,12 +63,16 @@ from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPred
 from airflow_delta.engine.schema import arrow_type, delta_field_metadata, parse_partition_value
 from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
 
+log = logging.getLogger(__name__)
+
 MATCHED = "matched"
 NOT_MATCHED = "notMatched"
 NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
 
 #: Most distinct source values turned into a `<partition> IN (...)` predicate to prune files.
 MAX_PRUNING_VALUES = 1000
+#: Most bytes of candidate files an in-process MERGE reads; larger MERGEs need Spark.
+MAX_IN_PROCESS_BYTES = 4 * 1024**3
 #: Inserted rows per writing task of an in-process MERGE (tasks run on a thread per core).
 ROWS_PER_WRITE_SLICE = 500_000
 
@@ -481,6 +486,12 @@ class ArrowMergeBuilder(MergeBuilder):
             raise UnsupportedMergeError(
                 f"MERGE into {self.target_uri}: candidate files have deletion vectors"
             )
+        size = pc.sum(pc.struct_field(files, "size")).as_py() or 0
+        if size > MAX_IN_PROCESS_BYTES:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: {size / 1024**3:.1f} GiB of candidate files is "
+                f"more than the in-process MERGE reads ({MAX_IN_PROCESS_BYTES / 1024**3:.0f} GiB)"
+            )
         reader = _FileReader(txn, table)
         literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
         found = self._find_touched_files_in_process(reader, files, source, keys, literal)
@@ -489,6 +500,13 @@ class ArrowMergeBuilder(MergeBuilder):
         adds = _write_tasks(txn, tasks, self._not_null(txn)) if tasks else []
         per_clause = [found.num_modified(c.kind) for c in self.clauses if c.kind != NOT_MATCHED]
         rows = int(found.lengths[found.touched].sum())
+        log.info(
+            "MERGE into %s runs in process: %d of %d candidate files touched, %d files written",
+            self.target_uri,
+            len(touched),
+            len(files),
+            len(adds),
+        )
         return self._metrics(per_clause, touched, rows, adds, source.num_rows)
 
     def _find_touched_files_in_process(
@@ -992,6 +1010,8 @@ def _cast(
     is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
     if column.type == field.type:
         return column
+    if pa.types.is_dictionary(column.type):
+        column = pc.cast(column, column.type.value_type)
     if not _castable(column.type, field.type):
         raise ValueError(
             f"MERGE into {where}: cannot store {column.type} values in column {field.name} "

@@ -48,6 +48,18 @@ def source(spark: SparkSession, rows: list[Row]) -> DataFrame:
     return spark.createDataFrame(rows, DDL)
 
 
+def source_of_kind(spark: SparkSession, rows: list[Row], kind: str) -> Any:
+    """`rows` as a Spark DataFrame (kind "spark") or a pyarrow Table ("arrow": the engine's
+    in-process MERGE runs it when it can)."""
+    if kind == "spark":
+        return source(spark, rows)
+    import pyarrow as pa
+
+    names = ("id", "value", "part")
+    schema = pa.schema([("id", pa.int64()), ("value", pa.string()), ("part", pa.string())])
+    return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], schema)
+
+
 def table_rows(spark: SparkSession, uri: str) -> list[Row]:
     """The rows as read_delta reads them, checked against deltalake's reading."""
     ours = sorted(tuple(r) for r in read_delta(spark, uri).select("id", "value", "part").collect())
@@ -327,9 +339,11 @@ def test_only_touched_files_are_rewritten(spark: SparkSession, tmp_path: Path) -
         ("s.part = t.part AND t.id = s.id", "by_source", [(1, "A1", "a")], [], {"a", "b", "c"}),
     ],
 )
+@pytest.mark.parametrize("kind", ["spark", "arrow"])
 def test_partition_pruning_is_recorded(
     spark: SparkSession,
     tmp_path: Path,
+    kind: str,
     condition: str,
     clause: str,
     changes: list[Row],
@@ -337,7 +351,8 @@ def test_partition_pruning_is_recorded(
     parts_read: set[str],
 ) -> None:
     uri = make_table(spark, tmp_path, BASE)
-    merge = InterleavedMerge(uri, source(spark, changes), condition, before_commit=lambda: None)
+    changes_source = source_of_kind(spark, changes, kind)
+    merge = InterleavedMerge(uri, changes_source, condition, before_commit=lambda: None)
     if clause == "update":
         merge.when_matched_update_all()
     elif clause == "insert":
@@ -382,16 +397,18 @@ def read_then_append(spark: SparkSession, uri: str, part: str) -> Callable[[], N
         ("Serializable", read_then_append, "b", False),  # disjoint partitions
     ],
 )
+@pytest.mark.parametrize("kind", ["spark", "arrow"])
 def test_concurrent_append(
     spark: SparkSession,
     tmp_path: Path,
+    kind: str,
     isolation: str,
     writer: Callable[[SparkSession, str, str], Callable[[], None]],
     part: str,
     conflict: bool,
 ) -> None:
     uri = make_table(spark, tmp_path, BASE, **{"delta.isolationLevel": isolation})
-    changes = source(spark, [(1, "A1", "a"), (9, "a9", "a")])
+    changes = source_of_kind(spark, [(1, "A1", "a"), (9, "a9", "a")], kind)
     merge = InterleavedMerge(uri, changes, ON, before_commit=writer(spark, uri, part))
     merge.when_matched_update_all().when_not_matched_insert_all()
     if conflict:

@@ -1,0 +1,92 @@
+"""The engine's in-process MERGE (`merge_arrow`) on tables deltalake wrote, without Spark.
+
+Rows are read back by deltalake (`to_pyarrow_dataset()`, never `to_pyarrow_table()`). The
+same MERGEs compared row for row with the Spark MERGE are in tests/spark/test_merge_arrow.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_delta.engine import DeltaLog, SetTransaction
+from airflow_delta.engine.merge import UnsupportedMergeError, merge_arrow
+from airflow_delta.engine.transaction import CommitProperties
+
+DAY1, DAY2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32()), ("region", pa.string())])
+
+
+def rows_of(uri: str) -> list[tuple]:
+    table = DeltaTable(uri).to_pyarrow_dataset().to_table(columns=SCHEMA.names)
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> str:
+    """Partitioned by day; written by deltalake in two commits."""
+    uri = str(tmp_path / "events")
+    data = {"id": [1, 2, 3], "day": [DAY1, DAY1, DAY2], "region": ["eu", "us", ""]}
+    write_deltalake(uri, pa.table(data, SCHEMA), partition_by=["day"])
+    more = {"id": [4], "day": [DAY2], "region": [None]}
+    write_deltalake(uri, pa.table(more, SCHEMA), partition_by=["day"], mode="append")
+    return uri
+
+
+def test_upsert_prunes_partitions(table: str) -> None:
+    updates = pa.table({"id": [2, 5], "day": [DAY1, DAY1], "region": ["asia", "eu"]}, SCHEMA)
+    builder = merge_arrow(table, updates, "t.id = s.id AND t.day = s.day")
+    metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute()
+    assert metrics["version"] == 2
+    assert rows_of(table) == sorted(
+        [(1, DAY1, "eu"), (2, DAY1, "asia"), (3, DAY2, ""), (4, DAY2, None), (5, DAY1, "eu")],
+        key=repr,
+    )
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, 1)
+    assert (metrics["numTargetRowsCopied"], metrics["numTargetFilesRemoved"]) == (1, 1)
+    txn = builder.transaction
+    assert txn is not None
+    assert [p.text for p in txn.read_predicates] == ["`day` IN (DATE '2026-01-01')"]
+    history = DeltaLog.for_table(table).history(limit=1)[0]
+    assert history["operation"] == "MERGE"
+    assert history["operationParameters"]["predicate"] == "t.id = s.id AND t.day = s.day"
+
+
+def test_delete_and_idempotent_retry(table: str) -> None:
+    gone = pa.table({"id": [1, 3]})
+    marker = CommitProperties(app_transactions=[SetTransaction("nightly", 7)])
+    first = merge_arrow(table, gone, "t.id = s.id", commit_properties=marker)
+    assert first.when_matched_delete().execute()["numTargetRowsDeleted"] == 2
+    retry = merge_arrow(table, gone, "t.id = s.id", commit_properties=marker)
+    assert retry.when_matched_delete().execute() == {"version": None}
+    assert [r[0] for r in rows_of(table)] == [2, 4]
+
+
+def test_refusals_write_nothing(table: str, tmp_path: Path) -> None:
+    keys = pa.table({"id": [1.0]})
+    with pytest.raises(UnsupportedMergeError, match="does not join int64 with double"):
+        merge_arrow(table, keys, "t.id = s.id").when_matched_delete().execute()
+    with pytest.raises(ValueError, match=r"s\.nope is not a column of the source"):
+        merge_arrow(table, keys, "t.id = s.nope").when_matched_delete().execute()
+    with pytest.raises(TypeError, match="not Arrow data"):
+        merge_arrow(table, [{"id": 1}], "t.id = s.id")
+    mapped = str(tmp_path / "mapped")
+    DeltaLog.create_table(mapped, SCHEMA, configuration={"delta.columnMapping.mode": "name"})
+    with pytest.raises(UnsupportedMergeError, match="column mapping"):
+        merge_arrow(mapped, pa.table({"id": [1]}), "t.id = s.id").when_matched_delete().execute()
+    assert DeltaLog.for_table(table).update().version == 1
+    assert DeltaLog.for_table(mapped).update().version == 0
+
+
+def test_engine_merge_does_not_import_spark() -> None:
+    code = (
+        "import sys, airflow_delta.engine.merge; "
+        "sys.exit('pyspark' in sys.modules or 'airflow' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
