@@ -144,6 +144,8 @@ class MergeBuilder:
         self.commit_properties = commit_properties
         self.clauses: list[MergeClause] = []
         self.transaction: OptimisticTransaction | None = None
+        #: what ran the MERGE: "in-process" (pyarrow) or "spark" (None before `execute()`)
+        self.executor: str | None = None
 
     # -- clauses ----------------------------------------------------------------------------
 
@@ -468,14 +470,14 @@ class ArrowMergeBuilder(MergeBuilder):
     """
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
-        source = _arrow_source(self.source_df)
+        source = arrow_table(self.source_df)
         found = [c for c in source.column_names if c.lower() == name]
         if len(found) != 1 or source.schema.field(found[0]).type != arrow_type(delta_type):
             return None
         return pc.unique(source.column(found[0])).to_pylist()
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
-        source = _arrow_source(self.source_df)
+        source = arrow_table(self.source_df)
         table = self._table_schema(txn)
         self._check_assignments(table.names)
         conjuncts = self._partition_conjuncts(txn)
@@ -500,8 +502,9 @@ class ArrowMergeBuilder(MergeBuilder):
         adds = _write_tasks(txn, tasks, self._not_null(txn)) if tasks else []
         per_clause = [found.num_modified(c.kind) for c in self.clauses if c.kind != NOT_MATCHED]
         rows = int(found.lengths[found.touched].sum())
+        self.executor = "in-process"
         log.info(
-            "MERGE into %s runs in process: %d of %d candidate files touched, %d files written",
+            "MERGE into %s ran in process: %d of %d candidate files touched, %d files written",
             self.target_uri,
             len(touched),
             len(files),
@@ -782,11 +785,11 @@ def merge_arrow(
         merge_arrow(uri, updates, "t.id = s.id").when_matched_update_all()\\
             .when_not_matched_insert_all().execute()
     """
-    if _arrow_source(source) is None:
+    if arrow_table(source) is None:
         raise TypeError(f"MERGE into {target_uri}: the source is not Arrow data: {type(source)}")
     return ArrowMergeBuilder(
         target_uri,
-        _arrow_source(source),
+        arrow_table(source),
         condition,
         source_alias,
         target_alias,
@@ -948,8 +951,9 @@ def _write_tasks(
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _arrow_source(source: Any) -> pa.Table | None:
-    """`source` as a pyarrow Table (read whole), or None when it is not Arrow data."""
+def arrow_table(source: Any) -> pa.Table | None:
+    """`source` as a pyarrow Table (read whole) when it is Arrow data (a Table, a
+    RecordBatchReader, or anything exporting an Arrow stream but a Spark DataFrame), else None."""
     if isinstance(source, pa.Table):
         return source
     if isinstance(source, pa.RecordBatchReader):

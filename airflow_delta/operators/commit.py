@@ -1,8 +1,10 @@
 """DeltaCommitOperator: what the operators that commit to a Delta table share.
 
 - **The source** of the rows: a Spark SQL query (or a `.sql` file), a callable
-  `(spark, context) -> DataFrame`, or a path read with `source_format` (`"delta"` reads a Delta
-  table through this package).
+  `(spark, context) -> DataFrame` (or Arrow data, such as a pyarrow Table), or a path read with
+  `source_format` (`"delta"` reads a Delta table through this package). The callable's `spark`
+  starts on first use: a callable returning Arrow data without touching it starts no JVM, and
+  DeltaMergeOperator then merges in process (the engine's pyarrow MERGE) when it can.
 - **Exactly-once.** Each commit carries an idempotent-write marker (Delta's `txn` action) whose
   app id names the DAG, the task, the map index and the DAG run, and whose version comes from
   the DAG run. A retry of a task whose commit already landed finds the marker, writes nothing
@@ -34,18 +36,19 @@ from airflow.sdk import BaseOperator
 from airflow_delta.assets import delta_table_asset, table_asset_uri
 from airflow_delta.engine.actions import SetTransaction
 from airflow_delta.engine.errors import DeltaConcurrentModificationException
+from airflow_delta.engine.merge import arrow_table
 from airflow_delta.engine.post_commit import POST_COMMIT_HOOKS
 from airflow_delta.engine.transaction import CommitProperties
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
 #: The source of a write or a MERGE: SQL text, a `.sql` file, a callable, or a path.
-Source = str | Callable[["SparkSession", "Context"], "DataFrame"]
+Source = str | Callable[["SparkSession", "Context"], Any]
 
 #: Conflicts after which re-running read + write + commit can succeed: every Delta conflict
 #: (ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException,
@@ -69,6 +72,29 @@ class CommitOutcome:
     metrics: dict[str, Any]
     conflicts_resolved: list[int]
     hooks: dict[str, str]
+    #: what wrote the data: "spark", or "in-process" (the engine's pyarrow MERGE)
+    executor: str | None = None
+
+
+class SparkOnDemand:
+    """The task's SparkSession, started the first time an attribute is used, so that a source
+    callable returning Arrow data starts no JVM. `started` says whether it was."""
+
+    def __init__(self, start: Callable[[], SparkSession]) -> None:
+        self._start = start
+        self._session: SparkSession | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def session(self) -> SparkSession:
+        if self._session is None:
+            self._session = self._start()
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session(), name)
 
 
 def is_templated(value: Any) -> bool:
@@ -211,31 +237,40 @@ class DeltaCommitOperator(BaseOperator):
     # -- what subclasses provide --------------------------------------------------------------
 
     def commit_once(
-        self, spark: SparkSession, context: Context, properties: CommitProperties
+        self, spark: SparkOnDemand, context: Context, properties: CommitProperties
     ) -> CommitOutcome:
         """One read + write + commit; the outcome (version None when already committed)."""
         raise NotImplementedError
 
     # -- source ---------------------------------------------------------------------------
 
-    def read_source(self, spark: SparkSession, context: Context) -> DataFrame:
-        """The source rows as a DataFrame (read again on each attempt)."""
+    #: Whether `commit_once` takes Arrow data from a source callable as it is (else the rows
+    #: become a Spark DataFrame).
+    accepts_arrow = False
+
+    def read_source(self, spark: SparkOnDemand, context: Context) -> Any:
+        """The source rows (read again on each attempt): a DataFrame, or the Arrow data a source
+        callable returned when the operator `accepts_arrow`."""
         if self.source_callable is not None:
-            df = self.source_callable(spark, context)
-            if not hasattr(df, "schema"):
+            data = self.source_callable(spark, context)
+            if hasattr(data, "sparkSession"):
+                return data
+            arrow = arrow_table(data)
+            if arrow is None:
                 raise TypeError(
-                    f"source callable of task {self.task_id} returned {type(df).__name__}, "
-                    "not a Spark DataFrame"
+                    f"source callable of task {self.task_id} returned {type(data).__name__}, "
+                    "not a Spark DataFrame or Arrow data"
                 )
-            return df
+            return arrow if self.accepts_arrow else spark.createDataFrame(arrow)
         assert self.source is not None
+        session = spark.session()
         if self.source_format is None:
-            return spark.sql(self.source)
+            return session.sql(self.source)
         if self.source_format.lower() == "delta":
             from airflow_delta.spark.read import read_delta
 
-            return read_delta(spark, self.source, storage_options=self.hook.storage_options)
-        reader = spark.read.format(self.source_format)
+            return read_delta(session, self.source, storage_options=self.hook.storage_options)
+        reader = session.read.format(self.source_format)
         return reader.options(**{k: str(v) for k, v in self.source_options.items()}).load(
             self.source
         )
@@ -313,7 +348,7 @@ class DeltaCommitOperator(BaseOperator):
             delta_log = self.hook.get_delta_log(self.table_uri)
             if delta_log.start_transaction(properties=properties).already_committed():
                 return CommitOutcome(None, 0, {}, [], {})
-        spark = self.hook.get_spark_session(config_kwargs=self.spark_conf)
+        spark = SparkOnDemand(lambda: self.hook.get_spark_session(config_kwargs=self.spark_conf))
         return self.commit_once(spark, context, properties)
 
     def _result(
@@ -339,6 +374,7 @@ class DeltaCommitOperator(BaseOperator):
             "hooks": outcome.hooks,
             "app_id": marker.app_id if marker else None,
             "txn_version": marker.version if marker else None,
+            "executor": outcome.executor,
         }
 
     def _log_result(self, result: dict[str, Any]) -> None:
@@ -350,11 +386,12 @@ class DeltaCommitOperator(BaseOperator):
             )
             return
         log.info(
-            "Committed version %s of table %s (operation %s) after %s commit attempt(s), "
+            "Committed version %s of table %s (operation %s, run %s) after %s commit attempt(s), "
             "%s conflict(s); metrics %s",
             result["version"],
             self.table_uri,
             self.operation,
+            "in process" if result["executor"] == "in-process" else "on Spark",
             result["attempts"],
             len(result["conflicts"]),
             result["metrics"],

@@ -9,9 +9,9 @@ from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from pyspark.sql import SparkSession
 
     from airflow_delta.engine.transaction import CommitProperties
+    from airflow_delta.operators.commit import SparkOnDemand
     from airflow_delta.spark.merge import DeltaMergeBuilder
 
 #: (when, then) of a clause dict -> (builder method, the key holding its assignments).
@@ -101,6 +101,7 @@ class DeltaMergeOperator(DeltaCommitOperator):
 
     template_fields: Sequence[str] = (*DeltaCommitOperator.template_fields, "condition", "clauses")
     operation = "MERGE"
+    accepts_arrow = True
 
     def __init__(
         self,
@@ -126,7 +127,7 @@ class DeltaMergeOperator(DeltaCommitOperator):
         self.target_alias = target_alias
 
     def commit_once(
-        self, spark: SparkSession, context: Context, properties: CommitProperties
+        self, spark: SparkOnDemand, context: Context, properties: CommitProperties
     ) -> CommitOutcome:
         from airflow_delta.spark.merge import merge_delta
 
@@ -145,5 +146,10 @@ class DeltaMergeOperator(DeltaCommitOperator):
         txn = builder.transaction
         assert txn is not None
         return CommitOutcome(
-            version, txn.attempts, metrics, list(txn.conflicts_checked), dict(txn.hook_results)
+            version,
+            txn.attempts,
+            metrics,
+            list(txn.conflicts_checked),
+            dict(txn.hook_results),
+            builder.executor,
         )

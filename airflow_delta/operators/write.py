@@ -9,9 +9,9 @@ from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator, i
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from pyspark.sql import SparkSession
 
     from airflow_delta.engine.transaction import CommitProperties
+    from airflow_delta.operators.commit import SparkOnDemand
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
 
@@ -109,7 +109,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
         )
 
     def commit_once(
-        self, spark: SparkSession, context: Context, properties: CommitProperties
+        self, spark: SparkOnDemand, context: Context, properties: CommitProperties
     ) -> CommitOutcome:
         from airflow_delta.spark.write import write_delta
 
@@ -137,4 +137,5 @@ class DeltaWriteOperator(DeltaCommitOperator):
             result.metrics,
             result.conflicts_resolved,
             result.hooks,
+            "spark",
         )

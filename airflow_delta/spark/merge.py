@@ -56,8 +56,8 @@ from airflow_delta.engine.merge import (
     MergeClause,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
-    _arrow_source,
     _quote,
+    arrow_table,
 )
 from airflow_delta.spark.read import _TableLayout, scan_files
 from airflow_delta.spark.write import write_files
@@ -114,6 +114,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             from airflow_delta.spark.session import get_spark
 
             self.source_df = get_spark().createDataFrame(self.source_df)
+        self.executor = "spark"
         return self._write_spark(txn)
 
     def _write_spark(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
@@ -365,7 +366,7 @@ def merge_delta(
             .when_not_matched_insert_all().execute()
     """
     if not isinstance(source_df, DataFrame):
-        arrow = _arrow_source(source_df)
+        arrow = arrow_table(source_df)
         if arrow is None:
             raise TypeError(
                 f"MERGE into {target_uri}: the source must be a Spark DataFrame or Arrow data, "

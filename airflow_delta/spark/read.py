@@ -186,7 +186,7 @@ def _read_parquet(spark: SparkSession, schema: T.StructType, paths: list[str]) -
     that call only and restored. Spark Connect resolves plans on the server, later: unchanged.
     """
     reader = spark.read.schema(schema)
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if type(reader).__module__.startswith("pyspark.sql.connect"):
         return reader.parquet(*paths)
     previous = spark.conf.get(_LISTING_PARALLELISM)
     cores = spark.sparkContext.defaultParallelism

@@ -74,6 +74,23 @@ def test_write_merge_checkpoint_pipeline() -> None:
     assert [(e["version"], e["operation"]) for e in events] == [(0, "WRITE"), (1, "MERGE")]
 
 
+def test_arrow_sources_merge_in_process() -> None:
+    """A source callable returning a pyarrow Table: the write converts it to a DataFrame, the
+    MERGE runs in process (the engine's pyarrow MERGE) and the XCom says so."""
+    uri = fresh_table("arrow_events")
+    dag_run = load_dag("t_arrow_merge").test()
+    assert task_states(dag_run) == {"write": "success", "merge": "success"}
+    write = xcoms(dag_run, "write")["return_value"]
+    assert (write["version"], write["executor"]) == (0, "spark")
+    merged = xcoms(dag_run, "merge")["return_value"]
+    assert (merged["version"], merged["executor"]) == (1, "in-process")
+    assert merged["metrics"]["numTargetRowsUpdated"] == 2
+    assert merged["metrics"]["numTargetRowsInserted"] == 2
+    expected = [{"id": i, "p": str(i % 2), "v": i * (100 if i >= 8 else 10)} for i in range(12)]
+    assert rows(uri) == expected
+    assert DeltaLog.for_table(uri).history()[0]["airflow"]["task_id"] == "merge"
+
+
 def test_retry_after_landed_commit_writes_once() -> None:
     uri = fresh_table("retried")
     calls = TABLES_ROOT / "retried.calls.log"

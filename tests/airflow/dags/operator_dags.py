@@ -54,6 +54,42 @@ with DAG("t_write_merge", schedule=None, start_date=START, catchup=False) as t_w
     write >> merge >> checkpoint
 
 
+# -- sources returning Arrow data --------------------------------------------------------------
+
+
+def arrow_rows(spark: Any, context: Any) -> Any:
+    """Ten rows as a pyarrow Table (the write turns them into a DataFrame)."""
+    import pyarrow as pa
+
+    ids = list(range(10))
+    return pa.table({"id": ids, "p": [str(i % 2) for i in ids], "v": [i * 10 for i in ids]})
+
+
+def arrow_updates(spark: Any, context: Any) -> Any:
+    """Updates for ids 8-11 as a pyarrow Table; `spark` is never used (no JVM for the merge)."""
+    import pyarrow as pa
+
+    ids = list(range(8, 12))
+    return pa.table({"id": ids, "p": [str(i % 2) for i in ids], "v": [i * 100 for i in ids]})
+
+
+with DAG("t_arrow_merge", schedule=None, start_date=START, catchup=False) as t_arrow_merge:
+    arrow_write = DeltaWriteOperator(
+        task_id="write", table_uri=table("arrow_events"), source=arrow_rows, partition_by=["p"]
+    )
+    arrow_merge = DeltaMergeOperator(
+        task_id="merge",
+        table_uri=table("arrow_events"),
+        source=arrow_updates,
+        condition="t.id = s.id AND t.p = s.p",
+        clauses=[
+            {"when": "matched", "then": "update", "set": {"v": "s.v"}},
+            {"when": "not_matched", "then": "insert_all"},
+        ],
+    )
+    arrow_write >> arrow_merge
+
+
 # -- a write whose task fails after its commit landed, then retries ---------------------------
 
 
