@@ -32,7 +32,8 @@ Checks: each child reads its merged tables back with its own reader (2.1M rows) 
 metrics (100k updated, 100k inserted); after the last repetition deltalake reads both merged
 tables and they must be equal row for row.
 
-Repetitions are capped at `MAX_REPS` (3): ours needs a JVM per run.
+The Spark-source merge runs in its own child (a JVM per run) in the first `MAX_REPS` (3)
+repetitions only.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ INSERTED = 100_000
 MATCH_STRIDE = 20
 MATCH_OFFSET = 7
 CONDITION = "t.id = s.id"
-#: (metric key prefix, table directory) of the merges each child times, on fresh copies; the
-#: last is ours' merge of a Spark DataFrame source (deltalake's child times the first two).
+#: (metric key prefix, table directory) of the merges the children time, on fresh copies: the
+#: first two by `ours` and `deltalake`, the last by `ours-spark` (a Spark DataFrame source).
 RUNS = (("", "table"), ("2nd:", "table2"), ("spark:", "table3"))
 MAX_REPS = 3
-#: `bench/prof.py` does not apply (the time is spent in the JVM): see the phase metrics.
+#: `bench/prof.py` is not wired for this benchmark: see the phase metrics of the Spark merge.
 PROFILE = False
 #: Bump when the generated target or source changes (cached copies are rebuilt).
 GENERATOR_VERSION = 1
@@ -115,32 +116,42 @@ def _build(path: str) -> dict:
     return {"version": result.version, "metrics": result.metrics}
 
 
+def _merge_check(table: str, metrics: dict) -> dict:
+    """What `_check` compares after a merge of ours (the row count is added later)."""
+    return {
+        "updated": metrics["numTargetRowsUpdated"],
+        "inserted": metrics["numTargetRowsInserted"],
+        "files_removed": metrics["numTargetFilesRemoved"],
+        "files_added": metrics["numTargetFilesAdded"],
+        "version": metrics["version"],
+        "table": table,
+    }
+
+
+def _count_rows(table: str) -> int:
+    """Rows of the active files of `table` as ours lists them, counted by pyarrow."""
+    import pyarrow.dataset as ds
+
+    from airflow_delta.engine import DeltaLog
+
+    paths = [f"{table}/{f.path}" for f in DeltaLog.for_table(table).update().all_files()]
+    return ds.dataset(paths, format="parquet").count_rows()
+
+
 def _ours(path: str) -> dict:
+    """Ours with an Arrow source: merged in process by the engine (no JVM)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_delta.engine import DeltaLog
-    from bench.spark_util import PhaseTimer, peak_rss_mb, start_spark
+    from bench.spark_util import peak_rss_mb
 
     t0 = perf_counter()
-    import airflow_delta.spark.merge as merge_module
-    from airflow_delta.spark import merge_delta, read_delta
+    from airflow_delta.engine import DeltaLog
+    from airflow_delta.spark import merge_delta
 
     imported = perf_counter() - t0
     run = Path(path)
     sample: dict = {"start": imported, "checks": []}
-
-    def merged(key: str, table: str, metrics: dict) -> None:
-        sample["checks"].append(
-            {
-                "updated": metrics["numTargetRowsUpdated"],
-                "inserted": metrics["numTargetRowsInserted"],
-                "files_removed": metrics["numTargetFilesRemoved"],
-                "files_added": metrics["numTargetFilesAdded"],
-                "version": metrics["version"],
-                "table": table,
-            }
-        )
 
     # Arrow source: merged in process by the engine (no JVM running)
     warm = str(run / "warmup")
@@ -167,14 +178,25 @@ def _ours(path: str) -> dict:
             .execute()
         )
         sample[key + "merge"] = perf_counter() - t0
-        merged(key, table, metrics)
+        sample["checks"].append(_merge_check(table, metrics))
 
-    # Spark DataFrame source: merged on Spark
+    for check in sample["checks"]:
+        check["rows"] = _count_rows(check.pop("table"))
+    sample["maxrss_mb"] = peak_rss_mb()
+    return sample
+
+
+def _ours_spark(path: str) -> dict:
+    """Ours with a Spark DataFrame source: merged on Spark (a separate child: a JVM per run)."""
+    import airflow_delta.spark.merge as merge_module
+    from airflow_delta.spark import merge_delta, read_delta, write_delta
+    from bench.spark_util import PhaseTimer, peak_rss_mb, start_spark
+
+    run = Path(path)
+    sample: dict = {"checks": []}
     spark, started = start_spark()
     sample["spark:start"] = started
     spark_warm = str(run / "warmup-spark")
-    from airflow_delta.spark import write_delta
-
     write_delta(target_frame(spark, 1000, 2), spark_warm)
     warm_source = spark.range(900, 1100).selectExpr(
         "id", "concat('upd-', cast(id as string)) as name", "cast(id as double) as value"
@@ -206,7 +228,7 @@ def _ours(path: str) -> dict:
         sample[key + "phase_rest"] = t1 - t0 - sum(phases.seconds.values())
         for phase, seconds in phases.seconds.items():
             sample[f"{key}phase:{phase}"] = seconds
-    merged(key, table, metrics)
+    sample["checks"].append(_merge_check(table, metrics))
     phases.restore()
     for check in sample["checks"]:
         check["rows"] = read_delta(spark, check.pop("table")).count()
@@ -272,7 +294,12 @@ def _deltalake(path: str) -> dict:
     return sample
 
 
-CHILD_TASKS = {"ours": _ours, "deltalake": _deltalake, "build": _build}
+CHILD_TASKS = {
+    "ours": _ours,
+    "ours-spark": _ours_spark,
+    "deltalake": _deltalake,
+    "build": _build,
+}
 
 _METRICS = {
     "merge": HEADLINE,
@@ -318,13 +345,13 @@ def prepare() -> Path:
     return root / "table"
 
 
-def _fresh_run_dir(original: Path, name: str) -> Path:
+def _fresh_run_dir(original: Path, name: str, runs: tuple[tuple[str, str], ...]) -> Path:
     from bench.tables import WORK_DIR, _sync_tree
 
     run = WORK_DIR / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    for _, table in RUNS:
+    for _, table in runs:
         shutil.copytree(original, run / table)
         _sync_tree(run / table)
     return run
@@ -359,7 +386,6 @@ def run(reps: int = 3):
     from bench.spark_util import CHILD_TIMEOUT, MASTER, SPARK_CONF
     from bench.tables import drop_copy
 
-    reps = max(1, min(reps, MAX_REPS))
     original = prepare()
     result = BenchResult(ID, TITLE, TARGET, HEADLINE, {})
     result.info.update(
@@ -368,6 +394,7 @@ def run(reps: int = 3):
         source_rows=MATCHED + INSERTED,
         matched=MATCHED,
         reps=reps,
+        spark_reps=min(reps, MAX_REPS),
         master=MASTER,
         spark_conf=SPARK_CONF,
     )
@@ -377,18 +404,21 @@ def run(reps: int = 3):
     last: dict[str, Path] = {}
     for rep in range(reps):
         order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
-        for system in order:
-            path = _fresh_run_dir(original, f"b6-{system}")
-            sample = run_child("b6_merge", system, path, timeout=CHILD_TIMEOUT)
-            _check(system, sample)
-            if system == "deltalake":  # the Spark-source merge is compared with the same merge
+        children = [(system, system) for system in order]
+        if rep < MAX_REPS:
+            children.append(("ours", "ours-spark"))
+        for system, task in children:
+            path = _fresh_run_dir(original, f"b6-{task}", RUNS[2:] if "spark" in task else RUNS[:2])
+            sample = run_child("b6_merge", task, path, timeout=CHILD_TIMEOUT)
+            _check(task, sample)
+            if task == "deltalake":  # the Spark-source merge is compared with the same merge
                 sample["spark:merge"] = sample["merge"]
             record(result, system, sample, _METRICS)
-            rss.setdefault(system, []).append(sample["maxrss_mb"])
+            rss.setdefault(task, []).append(sample["maxrss_mb"])
             first = sample["checks"][0]
-            files.setdefault(system, []).append((first["files_removed"], first["files_added"]))
+            files.setdefault(task, []).append((first["files_removed"], first["files_added"]))
             deltalake_metrics += sample.get("deltalake_metrics", [])
-            if rep == reps - 1:
+            if rep == reps - 1 and task in SYSTEMS:
                 last[system] = path
             else:
                 drop_copy(path)
@@ -399,13 +429,12 @@ def run(reps: int = 3):
         k: round(statistics.median(v), 1) for k, v in rss.items()
     }
     result.notes.append(
-        f"{reps} reps per system (capped at {MAX_REPS}: a JVM per run of ours), fresh process "
-        f"and fresh table copy each, alternating order; ours on Spark {MASTER} {SPARK_CONF}; "
-        "not timed: imports, Spark start + tiny job, a tiny warm-up merge (both systems)"
+        f"{reps} reps per system ({min(reps, MAX_REPS)} of the Spark-source merge: a JVM per "
+        f"run), fresh process and fresh table copy each, alternating order; the Spark merge on "
+        f"{MASTER} {SPARK_CONF}; not timed: imports, a tiny warm-up merge (both systems), Spark "
+        "start + tiny job"
     )
-    result.notes.append(
-        f"files removed/added per run: ours {files.get('ours')}, deltalake {files.get('deltalake')}"
-    )
+    result.notes.append(f"files removed/added per run: {files}")
     try:
         if len(last) == 2:
             result.notes.append(_cross_check(last))

@@ -6,8 +6,8 @@
 
 Prints medians, the ratio ours/deltalake, the target and PASS/MISS per benchmark, and writes
 `bench/results.json`. Benchmark tables are generated once and cached under `bench/.data/`.
-The Spark benchmarks (B5 vs Spark's own parquet writer, B6 MERGE vs deltalake) start a JVM per
-run and cap `--reps` at 3 (about 4 minutes together on 2 cores).
+The Spark runs (B5 vs Spark's own parquet writer, B6's merge of a Spark DataFrame) start a JVM
+per run and cap their repetitions at 3 (about 4 minutes together on 2 cores).
 
 To add a benchmark: create `bench/bN_name.py` (see `bench/common.py` for what it exposes) and
 list it in `BENCHMARKS` below.

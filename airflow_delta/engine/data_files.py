@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
 #: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
 ROW_GROUP_BYTES = 64 * 1024**2
+#: Rows of a new data file sampled to decide which columns get dictionary encoding.
+DICTIONARY_SAMPLE_ROWS = 10_000
 #: Characters of a string kept in minValues/maxValues (Delta's stats string prefix length).
 STRING_PREFIX_LENGTH = 32
 DEFAULT_NUM_INDEXED_COLS = 32
@@ -337,13 +339,13 @@ class DataFileWriter:
         table = pa.concat_tables(self.pending)
         self.pending, self.pending_bytes = [], 0
         if self.current is None:
-            self.current = self._open()
+            self.current = self._open(dictionary_columns(table))
         self.current.writer.write_table(table, row_group_size=table.num_rows)
         self.current.stats.update(table)
         if self.current.sink.tell() >= self.plan.target_file_size:
             self._close()
 
-    def _open(self) -> _OpenFile:
+    def _open(self, use_dictionary: bool | list[str]) -> _OpenFile:
         assert self.values is not None
         name = f"{self.prefix}.c{len(self.written):03d}.snappy.parquet"
         directory = partition_path(self.values, self.plan.partition_columns)
@@ -353,7 +355,9 @@ class DataFileWriter:
         # a native stream on local disk: the encoder writes without taking the GIL
         sink = pa.OSFile(path, "wb") if self.local else self.fs.open(path, "wb")
         self.written.append(path)
-        writer = pq.ParquetWriter(sink, self.plan.data_schema, compression="snappy")
+        writer = pq.ParquetWriter(
+            sink, self.plan.data_schema, compression="snappy", use_dictionary=use_dictionary
+        )
         return _OpenFile(relative, self.values, sink, writer, FileStats(self.leaves))
 
     def _close(self) -> None:
@@ -372,6 +376,22 @@ class DataFileWriter:
                 "stats": current.stats.to_json(),
             }
         )
+
+
+def dictionary_columns(table: pa.Table) -> bool | list[str]:
+    """The columns worth dictionary encoding in a file that starts with `table`: those whose
+    first DICTIONARY_SAMPLE_ROWS values are less than half distinct (True for all when the
+    table has nested columns). The parquet writer would fall back to plain encoding for the
+    others anyway, after hashing their first megabyte of values for nothing."""
+    if any(pa.types.is_nested(t) for t in table.schema.types):
+        return True
+    sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
+    return [
+        name
+        for name, column in zip(sample.column_names, sample.columns, strict=True)
+        if pa.types.is_boolean(column.type)
+        or pc.count_distinct(column, mode="all").as_py() * 2 <= max(len(column), 1)
+    ]
 
 
 def partition_runs(

@@ -883,20 +883,18 @@ def _file_mask(
 def _match(
     target: pa.Table, source: pa.Table, keys: list[tuple[str, str]], eligible: np.ndarray
 ) -> pa.Table:
-    """(row, srow): the target row index and source row index of every matching pair."""
-    left = pa.table(
-        {f"k{i}": target.column(t) for i, (t, _) in enumerate(keys)}
-        | {"row": pa.array(np.arange(target.num_rows, dtype=np.int64))}
-    ).filter(pa.array(eligible))
-    right = pa.table(
-        {
-            f"k{i}": _key(source.column(s), target.schema.field(t).type)
-            for i, (t, s) in enumerate(keys)
-        }
-        | {"srow": pa.array(np.arange(source.num_rows, dtype=np.int64))}
-    )
+    """(row, srow): the target row index and source row index of every matching pair of an
+    `eligible` target row, from a hash join (NULL keys match nothing)."""
+    left = [_key(target.column(t)) for t, _ in keys]
+    right = [_key(source.column(s)) for _, s in keys]
     names = [f"k{i}" for i in range(len(keys))]
-    joined = left.join(right, keys=names, join_type="inner", use_threads=True)
+    rows = pa.array(np.arange(target.num_rows, dtype=np.int64))
+    srows = pa.array(np.arange(source.num_rows, dtype=np.int64))
+    first = pa.table([*left, rows], names=[*names, "row"])
+    if not eligible.all():
+        first = first.filter(pa.array(eligible))
+    second = pa.table([*right, srows], names=[*names, "srow"])
+    joined = first.join(second, keys=names, join_type="inner", use_threads=True)
     return joined.select(["row", "srow"])
 
 
@@ -982,9 +980,9 @@ def _joinable(target: pa.DataType, source: pa.DataType) -> bool:
     return comparable and target == source
 
 
-def _key(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
-    """A source join key in the target key's type (integers widen losslessly to int64)."""
-    if pa.types.is_integer(target) and column.type != target:
+def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A join key as compared: integers of every width as int64."""
+    if pa.types.is_integer(column.type) and column.type != pa.int64():
         return pc.cast(column, pa.int64())
     return column
 
