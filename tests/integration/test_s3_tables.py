@@ -66,3 +66,33 @@ def test_deltalake_reads_a_checkpoint_written_on_s3(tmp_path, s3_bucket) -> None
     dt = DeltaTable(uri, storage_options={**options, "AWS_ALLOW_HTTP": "true"})
     assert dt.version() == 3
     assert sorted(u.rsplit("/", 1)[-1] for u in dt.file_uris()) == ["f0", "f1", "f2", "f3"]
+
+
+def test_in_process_merge_on_s3(tmp_path, s3_bucket) -> None:
+    """merge_arrow reads and writes data files on S3 through fsspec; deltalake reads the rows."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from airflow_delta.engine.merge import merge_arrow
+
+    bucket, options = s3_bucket
+    local = tmp_path / "local"
+    data = pa.table({"id": [1, 2, 3], "part": ["a", "a", "b"]})
+    write_deltalake(str(local), data, partition_by=["part"])
+    uri = upload(local, bucket, options, "merged")
+    updates = pa.table({"id": [3, 4], "part": ["c", "a"]})
+    metrics = (
+        merge_arrow(uri, updates, "t.id = s.id", storage_options=options)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (metrics["version"], metrics["numTargetFilesRemoved"]) == (1, 1)
+    store, root = get_log_store(uri, options)
+    local_copy = tmp_path / "copy"
+    for path in store.fs.find(root):
+        target = local_copy / path[len(root) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(store.fs.cat_file(path))
+    rows = DeltaTable(str(local_copy)).to_pyarrow_dataset().to_table().to_pylist()
+    assert sorted((r["id"], r["part"]) for r in rows) == [(1, "a"), (2, "a"), (3, "c"), (4, "a")]
