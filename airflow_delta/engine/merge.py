@@ -60,7 +60,12 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.features import check_writer_support
 from airflow_delta.engine.log_store import get_log_store
 from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPredicate
-from airflow_delta.engine.schema import arrow_type, delta_field_metadata, parse_partition_value
+from airflow_delta.engine.schema import (
+    arrow_type,
+    delta_field_metadata,
+    delta_type_name,
+    parse_partition_value,
+)
 from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
 
 log = logging.getLogger(__name__)
@@ -85,6 +90,10 @@ _LITERAL = re.compile(
 )
 _REFERENCE = re.compile(r"`?(\w+)`?\.(?:`([^`]+)`|(\w+))")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+#: A string literal (kept as it is) or an `<alias>.<column>` reference in a clause condition.
+_QUALIFIED = re.compile(
+    r"(?P<string>'(?:[^'\\]|'')*')|`?(?P<alias>[A-Za-z_]\w*)`?\.(?:`(?P<quoted>[^`]+)`|(?P<bare>\w+))"
+)
 
 
 class MultipleSourceRowMatchingTargetRowInMergeError(DeltaError):
@@ -443,20 +452,59 @@ class MergeBuilder:
 
 
 @dataclass(frozen=True)
+class _Clause:
+    """A WHEN clause as the in-process MERGE runs it: its condition (None: always) over
+    `t.<column>` / `s.<column>`, and its assignment (None: a delete)."""
+
+    kind: str
+    condition: PartitionPredicate | None
+    assign: Callable[[pa.Table | None, pa.Table | None], pa.Table] | None
+
+    def holds(self, target: pa.Table | None, source: pa.Table | None, rows: int) -> np.ndarray:
+        """Per row, whether the condition is true of (`target` rows, `source` rows)."""
+        if self.condition is None:
+            return np.ones(rows, dtype=bool)
+        columns = {}
+        for name in self.condition.columns:
+            side, column = name.split(".", 1)
+            data = target if side == "t" else source
+            assert data is not None
+            columns[name] = data.column(column)
+        return self.condition.evaluate_rows(columns, rows)
+
+
+def _first_clause(
+    clauses: list[_Clause], target: pa.Table | None, source: pa.Table | None, rows: int
+) -> np.ndarray:
+    """Per row, the index of the first of `clauses` whose condition holds (-1: none)."""
+    action = np.full(rows, -1, dtype=np.int64)
+    for i, clause in enumerate(clauses):
+        open_rows = action < 0
+        if not open_rows.any():
+            break
+        action[open_rows & clause.holds(target, source, rows)] = i
+    return action
+
+
+@dataclass(frozen=True)
 class _Matches:
     """What findTouchedFiles found over the candidate rows (all files, in file order)."""
 
     lengths: np.ndarray  # rows per file
     starts: np.ndarray  # the first row of each file
-    pairs: pa.Table  # (row, srow) of every matching target and source row
+    rows: np.ndarray  # per matching pair (sorted by target row): the target row
+    srows: np.ndarray  # per pair: the source row
+    pair_action: np.ndarray  # per pair: the MATCHED clause that applies (-1: none)
     is_matched: np.ndarray  # per row: some source row matched it
-    modified: np.ndarray  # per row: a MATCHED or NOT MATCHED BY SOURCE clause applies
+    by_source: np.ndarray  # per row: the NOT MATCHED BY SOURCE clause that applies (-1: none)
+    modified: np.ndarray  # per row: a clause updates or deletes it
     touched: np.ndarray  # per file: it holds a modified row
 
-    def num_modified(self, kind: str) -> int:
-        """Target rows the clause of `kind` (MATCHED or NOT MATCHED BY SOURCE) changes."""
-        rows = self.is_matched if kind == MATCHED else ~self.is_matched
-        return int(np.count_nonzero(rows & self.modified))
+    def num_modified(self, kind: str, index: int) -> int:
+        """Target rows that clause `index` of `kind` (MATCHED, NOT MATCHED BY SOURCE) changes."""
+        if kind == MATCHED:
+            return len(np.unique(self.rows[self.pair_action == index]))
+        return int(np.count_nonzero(self.by_source == index))
 
 
 class ArrowMergeBuilder(MergeBuilder):
@@ -482,7 +530,15 @@ class ArrowMergeBuilder(MergeBuilder):
         self._check_assignments(table.names)
         conjuncts = self._partition_conjuncts(txn)
         keys = self._keys(conjuncts, table, source)
-        assigners = {c.kind: self._assigner(c, table, source) for c in self.clauses}
+        clauses = {kind: [] for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE)}
+        for clause in self.clauses:
+            clauses[clause.kind].append(
+                _Clause(
+                    clause.kind,
+                    self._condition(clause, table, source),
+                    self._assigner(clause, table, source),
+                )
+            )
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         if pc.struct_field(files, "deletionVector").null_count != len(files):
             raise UnsupportedMergeError(
@@ -496,11 +552,16 @@ class ArrowMergeBuilder(MergeBuilder):
             )
         reader = _FileReader(txn, table)
         literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
-        found = self._find_touched_files_in_process(reader, files, source, keys, literal)
+        found = self._find_touched_files_in_process(reader, files, source, keys, literal, clauses)
         touched = files.filter(pa.array(found.touched))
-        tasks = self._changes_in_process(reader, files, found, source, assigners)
+        tasks = self._changes_in_process(reader, files, found, source, clauses)
         adds = _write_tasks(txn, tasks, self._not_null(txn)) if tasks else []
-        per_clause = [found.num_modified(c.kind) for c in self.clauses if c.kind != NOT_MATCHED]
+        position = {MATCHED: 0, NOT_MATCHED_BY_SOURCE: 0}
+        per_clause = []
+        for clause in self.clauses:
+            if clause.kind != NOT_MATCHED:
+                per_clause.append(found.num_modified(clause.kind, position[clause.kind]))
+                position[clause.kind] += 1
         rows = int(found.lengths[found.touched].sum())
         self.executor = "in-process"
         log.info(
@@ -519,33 +580,64 @@ class ArrowMergeBuilder(MergeBuilder):
         source: pa.Table,
         keys: list[tuple[str, str]],
         literal: list[str],
+        clauses: dict[str, list[_Clause]],
     ) -> _Matches:
         """Join the join keys of `files` whose partition satisfies the `literal` predicates
-        with the source's; which rows matched, and the files a clause modifies.
+        with the source's, evaluate the MATCHED and NOT MATCHED BY SOURCE conditions; which
+        rows each clause modifies, and the files holding them.
 
         Raises MultipleSourceRowMatchingTargetRowInMergeError when a target row matched several
-        source rows and the MATCHED clause updates it (several matches are fine for a delete).
+        source rows and a MATCHED clause modifies it (unless the only MATCHED clause is an
+        unconditional delete, as in Delta).
         """
-        target = reader.read(files, [t for t, _ in keys])
+        matched, by_source = clauses[MATCHED], clauses[NOT_MATCHED_BY_SOURCE]
+        used = {t for t, _ in keys}
+        for clause in (*matched, *by_source):
+            if clause.condition is not None:
+                used |= {n[2:] for n in clause.condition.columns if n.startswith("t.")}
+        target = reader.read(files, [c for c in reader.table.names if c in used])
         eligible = np.repeat(_file_mask(reader.txn, files, literal), reader.lengths)
         pairs = _match(target, source, keys, eligible)
-        counts = np.bincount(pairs.column("row").to_numpy(), minlength=target.num_rows)
-        kinds = {c.kind: c for c in self.clauses}
-        matched = kinds.get(MATCHED)
-        repeated = int(np.count_nonzero(counts > 1))
-        if repeated and matched is not None and matched.action != "delete":
+        order = np.argsort(pairs.column("row").to_numpy(), kind="stable")
+        rows = pairs.column("row").to_numpy()[order]
+        srows = pairs.column("srow").to_numpy()[order]
+        pair_action = np.full(len(rows), -1, dtype=np.int64)
+        if matched and len(rows):
+            conditional = any(c.condition is not None for c in matched)
+            pair_target = target.take(pa.array(rows)) if conditional else None
+            pair_source = source.take(pa.array(srows)) if conditional else None
+            pair_action = _first_clause(matched, pair_target, pair_source, len(rows))
+        counts = np.bincount(rows, minlength=target.num_rows)
+        acting = np.bincount(rows, weights=pair_action >= 0, minlength=target.num_rows)
+        repeated = int(np.count_nonzero((counts > 1) & (acting > 0)))
+        delete_only = [(c.condition, c.assign) for c in matched] == [(None, None)]
+        if repeated and not delete_only:
             raise self._multiple_matches(repeated)
         is_matched = counts > 0
-        modified = np.zeros(target.num_rows, dtype=bool)
-        if matched is not None:
-            modified |= is_matched
-        if NOT_MATCHED_BY_SOURCE in kinds:
-            modified |= ~is_matched
-        lengths = reader.lengths
-        ends = np.cumsum(lengths)
+        modified = acting > 0
+        by_source_action = np.full(target.num_rows, -1, dtype=np.int64)
+        if by_source:
+            unmatched = np.flatnonzero(~is_matched)
+            if len(unmatched):
+                rows_of = target.take(pa.array(unmatched))
+                by_source_action[unmatched] = _first_clause(
+                    by_source, rows_of, None, len(unmatched)
+                )
+            modified |= by_source_action >= 0
+        ends = np.cumsum(reader.lengths)
         per_file = np.concatenate([[0], np.cumsum(modified, dtype=np.int64)])[ends]
         per_file = np.diff(np.concatenate([[0], per_file]))
-        return _Matches(lengths, ends - lengths, pairs, is_matched, modified, per_file > 0)
+        return _Matches(
+            reader.lengths,
+            ends - reader.lengths,
+            rows,
+            srows,
+            pair_action,
+            is_matched,
+            by_source_action,
+            modified,
+            per_file > 0,
+        )
 
     def _changes_in_process(
         self,
@@ -553,41 +645,40 @@ class ArrowMergeBuilder(MergeBuilder):
         files: pa.StructArray,
         found: _Matches,
         source: pa.Table,
-        assigners: dict[str, Any],
+        clauses: dict[str, list[_Clause]],
     ) -> list[Callable[[], pa.Table]]:
         """writeAllChanges as tasks, each giving rows to write: one per touched file (its rows
         updated, deleted or copied per clause), and the inserted source rows in slices."""
         tasks: list[Callable[[], pa.Table]] = []
-        rows = found.pairs.column("row").to_numpy()
-        order = np.argsort(rows, kind="stable")
-        rows, srows = rows[order], found.pairs.column("srow").to_numpy()[order]
         paths = pc.struct_field(files, "path")
         values = pc.struct_field(files, "partitionValues")
         for i in np.flatnonzero(found.touched):
             start, end = int(found.starts[i]), int(found.starts[i] + found.lengths[i])
-            low, high = np.searchsorted(rows, [start, end])
-            pairs = (rows[low:high] - start, srows[low:high])
+            low, high = np.searchsorted(found.rows, [start, end])
             tasks.append(
                 functools.partial(
                     self._file_changes,
                     reader,
                     (paths[i].as_py(), values[i].as_py()),
                     slice(start, end),
-                    pairs,
+                    slice(low, high),
                     found,
                     source,
-                    assigners,
+                    clauses,
                 )
             )
-        insert = assigners.get(NOT_MATCHED)
-        if insert is not None:
+        inserting = clauses[NOT_MATCHED]
+        if inserting:
             taken = np.zeros(source.num_rows, dtype=bool)
-            taken[srows] = True
+            taken[found.srows] = True
             new = source.filter(pa.array(~taken))
-            for offset in range(0, new.num_rows, ROWS_PER_WRITE_SLICE):
-                tasks.append(
-                    functools.partial(insert, None, new.slice(offset, ROWS_PER_WRITE_SLICE))
-                )
+            action = _first_clause(inserting, None, new, new.num_rows)
+            for i, clause in enumerate(inserting):
+                rows = new.filter(pa.array(action == i))
+                assert clause.assign is not None
+                for offset in range(0, rows.num_rows, ROWS_PER_WRITE_SLICE):
+                    piece = rows.slice(offset, ROWS_PER_WRITE_SLICE)
+                    tasks.append(functools.partial(clause.assign, None, piece))
         return tasks
 
     @staticmethod
@@ -595,21 +686,29 @@ class ArrowMergeBuilder(MergeBuilder):
         reader: _FileReader,
         file: tuple[str, Any],
         rows: slice,
-        pairs: tuple[np.ndarray, np.ndarray],
+        pairs: slice,
         found: _Matches,
         source: pa.Table,
-        assigners: dict[str, Any],
+        clauses: dict[str, list[_Clause]],
     ) -> pa.Table:
-        """The rows of one touched `file` (path, partition values; `rows` of the candidates)
-        after the clauses; `pairs`: (row in the file, source row) of its matches."""
+        """The rows of one touched `file` (path, partition values; `rows` of the candidates,
+        `pairs` of the matching pairs) after the clauses."""
         data = reader.read_file(*file, reader.table.names)
         parts = []
-        update = assigners.get(MATCHED)
-        if update is not None and len(pairs[0]):  # a matched row matched one source row
-            parts.append(update(data.take(pa.array(pairs[0])), source.take(pa.array(pairs[1]))))
-        by_source = assigners.get(NOT_MATCHED_BY_SOURCE)
-        if by_source is not None:
-            parts.append(by_source(data.filter(pa.array(~found.is_matched[rows])), None))
+        local = found.rows[pairs] - rows.start
+        action = found.pair_action[pairs]
+        for i, clause in enumerate(clauses[MATCHED]):
+            chosen = action == i
+            if clause.assign is not None and chosen.any():  # one source row per row (checked)
+                target = data.take(pa.array(local[chosen]))
+                parts.append(
+                    clause.assign(target, source.take(pa.array(found.srows[pairs][chosen])))
+                )
+        by_source = found.by_source[rows]
+        for i, clause in enumerate(clauses[NOT_MATCHED_BY_SOURCE]):
+            chosen = np.flatnonzero(by_source == i)
+            if clause.assign is not None and len(chosen):
+                parts.append(clause.assign(data.take(pa.array(chosen)), None))
         parts.append(data.filter(pa.array(~found.modified[rows])))
         return pa.concat_tables([p.cast(reader.table) for p in parts])
 
@@ -711,14 +810,54 @@ class ArrowMergeBuilder(MergeBuilder):
             )
         return keys
 
+    def _condition(
+        self, clause: MergeClause, table: pa.Schema, source: pa.Table
+    ) -> PartitionPredicate | None:
+        """The clause's condition over `t.<column>` and `s.<column>`, parsed by the engine's
+        predicates (comparisons, IN, BETWEEN, IS NULL, AND/OR/NOT, literals: Spark's
+        semantics); UnsupportedMergeError for anything else."""
+        if clause.condition is None:
+            return None
+        sides = {MATCHED: "ts", NOT_MATCHED: "s", NOT_MATCHED_BY_SOURCE: "t"}[clause.kind]
+        types: dict[str, str | dict] = {}
+        by_lower = {n.lower(): n for n in table.names}
+
+        def qualify(match: re.Match[str]) -> str:
+            if match.group("string"):
+                return match.group(0)
+            alias = match.group("alias").lower()
+            column = match.group("quoted") or match.group("bare")
+            side = {self.target_alias.lower(): "t", self.source_alias.lower(): "s"}.get(alias)
+            if side is None:
+                return match.group(0)
+            if side not in sides:
+                raise UnsupportedMergeError(f"{match.group(0)} cannot be used in this clause")
+            if side == "t":
+                name = by_lower.get(column.lower())
+                if name is None:
+                    raise UnsupportedMergeError(f"{match.group(0)} is not a target column")
+                kind = delta_type_name(table.field(name).type)
+            else:
+                found = [c for c in source.column_names if c.lower() == column.lower()]
+                if len(found) != 1:
+                    raise UnsupportedMergeError(f"{match.group(0)} is not one source column")
+                name = found[0]
+                kind = delta_type_name(source.schema.field(name).type)
+            types[f"{side}.{name}"] = kind
+            return _quote(f"{side}.{name}")
+
+        try:
+            text = _QUALIFIED.sub(qualify, clause.condition)
+            return PartitionPredicate.parse(text, types)
+        except (UnsupportedMergeError, InvalidPredicateError, ValueError) as exc:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the in-process MERGE cannot evaluate the "
+                f"condition {clause.condition!r}: {exc}"
+            ) from None
+
     def _assigner(self, clause: MergeClause, table: pa.Schema, source: pa.Table) -> Any:
         """A function (target rows, source rows) -> the output rows of `clause`, typed as the
-        table; UnsupportedMergeError for a condition or an expression it cannot evaluate."""
-        if clause.condition is not None:
-            raise UnsupportedMergeError(
-                f"MERGE into {self.target_uri}: the in-process MERGE runs clauses without "
-                f"conditions only, not {clause.condition!r}"
-            )
+        table (None for a delete); UnsupportedMergeError for an expression it cannot evaluate."""
         if clause.action == "delete":
             return None
         plan: list[tuple[str, Any]] = []

@@ -827,6 +827,16 @@ class PartitionPredicate:
             return columnar.bool_mask(np.full(len(files), result.as_py() is True))
         return pc.fill_null(result, _FALSE)
 
+    def evaluate_rows(
+        self, columns: Mapping[str, pa.Array | pa.ChunkedArray], rows: int
+    ) -> np.ndarray:
+        """For each of `rows` rows, whether the predicate is true (NULL counts as False), given
+        the values of the columns it uses (`columns`: name -> array of the column's type)."""
+        result = self._root.evaluate(dict(columns))
+        if isinstance(result, pa.Scalar):
+            return np.full(rows, result.as_py() is True)
+        return pc.fill_null(result, _FALSE).to_numpy(zero_copy_only=False)
+
     def matches_all(self) -> bool:
         """Whether this is the literal TRUE, which selects the whole table."""
         root = self._root

@@ -112,6 +112,20 @@ CASES: dict[str, tuple[str, Clauses]] = {
             {"id": "s.id", "part": "'z'"}
         ),
     ),
+    "clause conditions": (
+        "t.id = s.id",
+        lambda m: m.when_matched_delete("s.value = 'new4'")
+        .when_matched_update({"value": "s.value"}, "t.part <> s.value AND s.id IS NOT NULL")
+        .when_not_matched_insert_all("s.id > 5")
+        .when_not_matched_insert({"id": "-1", "value": "s.value", "part": "'z'"})
+        .when_not_matched_by_source_update({"value": "'old'"}, "t.id IN (1, 3)")
+        .when_not_matched_by_source_delete("t.part = 'c'"),
+    ),
+    "conditions on nulls and mixed types": (
+        "t.id = s.id",
+        lambda m: m.when_matched_update_all("t.value < s.value OR t.value IS NULL")
+        .when_not_matched_insert_all("s.id BETWEEN 1 AND 8.5"),
+    ),
     "partition value changes": (
         "t.id = s.id",
         lambda m: m.when_matched_update({"part": "s.value", "`value`": "t.part"}),
@@ -165,13 +179,13 @@ def test_multiple_matches(spark: SparkSession, base_table: Path, tmp_path: Path)
 def test_unsupported_merges_fall_back_to_spark(
     spark: SparkSession, base_table: Path, tmp_path: Path
 ) -> None:
-    """A clause condition or an expression the engine does not evaluate: merge_arrow refuses
-    before writing anything, and merge_delta runs the same MERGE on Spark."""
+    """A condition or an expression the engine does not evaluate: merge_arrow refuses before
+    writing anything, and merge_delta runs the same MERGE on Spark."""
     source = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in SOURCE], SCHEMA)
     uri = str(tmp_path / "t")
     shutil.copytree(base_table, uri)
     unsupported = {
-        "clause condition": lambda m: m.when_matched_update_all("s.value > t.value"),
+        "function in a condition": lambda m: m.when_matched_update_all("upper(s.value) > 'A'"),
         "expression": lambda m: m.when_matched_update({"value": "upper(s.value)"}),
         "non-equi condition": None,
     }
