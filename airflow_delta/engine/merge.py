@@ -18,9 +18,10 @@ The in-process executor takes the MERGEs most pipelines run: a condition that is
 equalities between a target and a source column (plus `t.<partition> = <literal>` or
 `IN (<literals>)`), clause conditions made of comparisons, IN, BETWEEN, IS [NOT] NULL and
 AND/OR/NOT over `t.x`, `s.x` and literals (the engine's predicates, with Spark's semantics),
-and assignments that are column references (`s.x`, `t.x`) or literals. Anything else, and tables whose data needs more than this reader
-(column mapping, deletion vectors in the candidate files, type changes, CHECK constraints or
-invariants), raises `UnsupportedMergeError` before anything is written: the Spark MERGE
+and assignments that are column references (`s.x`, `t.x`) or literals. Anything else, and
+tables whose data needs more than this reader (column mapping, deletion vectors in the
+candidate files, type changes, CHECK constraints or invariants), raises
+`UnsupportedMergeError` before anything is written: the Spark MERGE
 (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
 """
 
