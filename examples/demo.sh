@@ -30,7 +30,7 @@ for day in 2026-01-01 2026-01-02; do
         echo "demo: the DAG run of $day did not succeed (log: $log)" >&2
         exit 1
     fi
-    grep -o "Committed version [0-9]* of table [^ ]* (operation [A-Z]*)[^;]*" "$log" || true
+    grep -o "Committed version [0-9]* of table [^ ]* (operation [^)]*)[^;]*" "$log" || true
     grep -o "Checkpointed table [^ ]* at version [0-9]*: [0-9]* part(s), [0-9]* actions" "$log" || true
 done
 
