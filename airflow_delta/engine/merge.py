@@ -56,6 +56,7 @@ from airflow_delta.engine.data_files import (
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
+    CorruptLogError,
     DeltaError,
     TableNotFoundError,
 )
@@ -972,11 +973,19 @@ class _FileReader:
         location = _data_file(self.root, path)
         local = "file" in self.fs.protocol
         data = [c for c in columns if c not in self.partition_columns]
-        with contextlib.nullcontext(location) if local else self.fs.open(location, "rb") as f:
-            file = pq.ParquetFile(f, memory_map=local)
-            names = {n.lower(): n for n in file.schema_arrow.names}
-            present = [names[c.lower()] for c in data if c.lower() in names]
-            read = file.read(columns=present, use_threads=False)
+        try:
+            with contextlib.nullcontext(location) if local else self.fs.open(location, "rb") as f:
+                file = pq.ParquetFile(f, memory_map=local)
+                names = {n.lower(): n for n in file.schema_arrow.names}
+                present = [names[c.lower()] for c in data if c.lower() in names]
+                read = file.read(columns=present, use_threads=False)
+        except FileNotFoundError:
+            snapshot = self.txn.snapshot
+            raise CorruptLogError(
+                f"Table {snapshot.table_uri} version {snapshot.version}: the data file {path} "
+                "is missing (deleted by a VACUUM with too short a retention, or copied without "
+                "it). Restore it, or MERGE into a table that has it."
+            ) from None
         given = dict(partition or [])
         arrays = []
         for name in columns:

@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta.engine import DeltaLog, SetTransaction
+from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.merge import UnsupportedMergeError, merge_arrow
 from airflow_delta.engine.transaction import CommitProperties
 
@@ -82,6 +83,14 @@ def test_refusals_write_nothing(table: str, tmp_path: Path) -> None:
         merge_arrow(mapped, pa.table({"id": [1]}), "t.id = s.id").when_matched_delete().execute()
     assert DeltaLog.for_table(table).update().version == 1
     assert DeltaLog.for_table(mapped).update().version == 0
+
+
+def test_missing_data_file_is_a_typed_error(table: str) -> None:
+    victim = DeltaLog.for_table(table).update().all_files()[0].path
+    (Path(table) / victim).unlink()
+    with pytest.raises(CorruptLogError, match=r"version 1: the data file .* is missing"):
+        merge_arrow(table, pa.table({"id": [1]}), "t.id = s.id").when_matched_delete().execute()
+    assert DeltaLog.for_table(table).update().version == 1
 
 
 def test_engine_merge_does_not_import_spark() -> None:
