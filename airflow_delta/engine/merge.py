@@ -883,6 +883,14 @@ class ArrowMergeBuilder(MergeBuilder):
                     )
                 if side == "s":
                     name = self._source_column(source, ref[1])
+                    given = source.schema.field(name).type
+                    if pa.types.is_dictionary(given):
+                        given = given.value_type
+                    if not _castable(given, field.type):
+                        raise UnsupportedMergeError(
+                            f"MERGE into {self.target_uri}: the in-process MERGE does not store "
+                            f"{given} values in column {field.name} ({field.type})"
+                        )
                 else:
                     name = {n.lower(): n for n in table.names}.get(ref[1].lower())
                     if name is None:
@@ -1201,7 +1209,9 @@ def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
     try:
         return pc.cast(pa.scalar(value), type_)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise ValueError(f"MERGE into {table}: cannot use {sql} as {type_}: {exc}") from None
+        raise UnsupportedMergeError(
+            f"MERGE into {table}: the in-process MERGE cannot use {sql} as {type_}: {exc}"
+        ) from None
 
 
 def _delta_type(txn: OptimisticTransaction, column: str) -> Any:
