@@ -365,11 +365,17 @@ class MergeBuilder:
 
     # -- partition pruning ------------------------------------------------------------------
 
-    def _pruning_predicates(self, txn: OptimisticTransaction) -> list[str]:
-        """Predicates over the target's partition columns that the merge condition implies."""
+    def _pruning_predicates(
+        self,
+        txn: OptimisticTransaction,
+        conjuncts: list[tuple[str, str | None]] | None = None,
+    ) -> list[str]:
+        """Predicates over the target's partition columns that the merge condition implies
+        (`conjuncts`: `_partition_conjuncts`, when already computed)."""
         if any(c.kind == NOT_MATCHED_BY_SOURCE for c in self.clauses):
             return []
-        return [p for _, p in self._partition_conjuncts(txn) if p is not None]
+        conjuncts = self._partition_conjuncts(txn) if conjuncts is None else conjuncts
+        return [p for _, p in conjuncts if p is not None]
 
     def _partition_conjuncts(self, txn: OptimisticTransaction) -> list[tuple[str, str | None]]:
         """Each conjunct of the condition with the partition predicate it implies (or None)."""
@@ -459,7 +465,6 @@ class _Clause:
     """A WHEN clause as the in-process MERGE runs it: its condition (None: always) over
     `t.<column>` / `s.<column>`, and its assignment (None: a delete)."""
 
-    kind: str
     condition: PartitionPredicate | None
     assign: Callable[[pa.Table | None, pa.Table | None], pa.Table] | None
 
@@ -525,7 +530,7 @@ class ArrowMergeBuilder(MergeBuilder):
         found = [c for c in source.column_names if c.lower() == name]
         if len(found) != 1 or source.schema.field(found[0]).type != arrow_type(delta_type):
             return None
-        return pc.unique(source.column(found[0])).to_pylist()
+        return pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist()
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         source = arrow_table(self.source_df)
@@ -537,12 +542,11 @@ class ArrowMergeBuilder(MergeBuilder):
         for clause in self.clauses:
             clauses[clause.kind].append(
                 _Clause(
-                    clause.kind,
                     self._condition(clause, table, source),
                     self._assigner(clause, table, source),
                 )
             )
-        files = txn.filter_files_arrow(self._pruning_predicates(txn))
+        files = txn.filter_files_arrow(self._pruning_predicates(txn, conjuncts))
         if pc.struct_field(files, "deletionVector").null_count != len(files):
             raise UnsupportedMergeError(
                 f"MERGE into {self.target_uri}: candidate files have deletion vectors"
