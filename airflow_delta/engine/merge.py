@@ -939,11 +939,12 @@ def merge_arrow(
         merge_arrow(uri, updates, "t.id = s.id").when_matched_update_all()\\
             .when_not_matched_insert_all().execute()
     """
-    if arrow_table(source) is None:
+    table = arrow_table(source)  # read once: a RecordBatchReader is consumed
+    if table is None:
         raise TypeError(f"MERGE into {target_uri}: the source is not Arrow data: {type(source)}")
     return ArrowMergeBuilder(
         target_uri,
-        arrow_table(source),
+        table,
         condition,
         source_alias,
         target_alias,

@@ -59,6 +59,19 @@ def test_upsert_prunes_partitions(table: str) -> None:
     assert history["operationParameters"]["predicate"] == "t.id = s.id AND t.day = s.day"
 
 
+def test_record_batch_reader_source(table: str) -> None:
+    updates = pa.table({"id": [1, 9], "day": [DAY1, DAY2], "region": ["x", "y"]}, SCHEMA)
+    reader = pa.RecordBatchReader.from_batches(SCHEMA, updates.to_batches())
+    metrics = (
+        merge_arrow(table, reader, "t.id = s.id")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, 1)
+    assert (1, DAY1, "x") in rows_of(table) and (9, DAY2, "y") in rows_of(table)
+
+
 def test_delete_and_idempotent_retry(table: str) -> None:
     gone = pa.table({"id": [1, 3]})
     marker = CommitProperties(app_transactions=[SetTransaction("nightly", 7)])
