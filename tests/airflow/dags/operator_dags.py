@@ -57,20 +57,20 @@ with DAG("t_write_merge", schedule=None, start_date=START, catchup=False) as t_w
 # -- sources returning Arrow data --------------------------------------------------------------
 
 
-def arrow_rows(spark: Any, context: Any) -> Any:
-    """Ten rows as a pyarrow Table (the write turns them into a DataFrame)."""
+def _arrow_orders(ids: range, factor: int) -> Any:
     import pyarrow as pa
 
-    ids = list(range(10))
-    return pa.table({"id": ids, "p": [str(i % 2) for i in ids], "v": [i * 10 for i in ids]})
+    return pa.table({"id": ids, "p": [str(i % 2) for i in ids], "v": [i * factor for i in ids]})
+
+
+def arrow_rows(spark: Any, context: Any) -> Any:
+    """Ten rows as a pyarrow Table (the write turns them into a DataFrame)."""
+    return _arrow_orders(range(10), 10)
 
 
 def arrow_updates(spark: Any, context: Any) -> Any:
     """Updates for ids 8-11 as a pyarrow Table; `spark` is never used (no JVM for the merge)."""
-    import pyarrow as pa
-
-    ids = list(range(8, 12))
-    return pa.table({"id": ids, "p": [str(i % 2) for i in ids], "v": [i * 100 for i in ids]})
+    return _arrow_orders(range(8, 12), 100)
 
 
 with DAG("t_arrow_merge", schedule=None, start_date=START, catchup=False) as t_arrow_merge:
