@@ -36,7 +36,7 @@ from airflow_delta.engine.actions import (
     SetTransaction,
     Sidecar,
 )
-from airflow_delta.engine.columnar import array_from_pylist, bool_mask
+from airflow_delta.engine.columnar import array_from_pylist, bool_mask, concat, contiguous
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log_store import FileStatus, LogStore
 from airflow_delta.engine.replay import LogBatch, parse_log_batch
@@ -132,7 +132,7 @@ def _rows(table: pa.Table, name: str, type_: pa.StructType) -> list[dict[str, An
     """The non-null rows of a small action column as JSON-shaped dicts."""
     if name not in table.column_names:
         return []
-    col = table.column(name).combine_chunks()
+    col = contiguous(table.column(name))
     return [_json_shape(r) for r in conform(_valid_rows(col), type_).to_pylist()]
 
 
@@ -162,13 +162,13 @@ def _file_actions(tables: Sequence[pa.Table], name: str, type_: pa.StructType) -
     parts = []
     for t in tables:
         if name in t.column_names:
-            col = t.column(name).combine_chunks()
+            col = contiguous(t.column(name))
             if col.null_count < len(col):
                 col = _valid_rows(col)
                 if col.type.get_field_index("stats_parsed") >= 0:
                     col = _stats_from_parsed(col)
                 parts.append(conform(col, type_))
-    return pa.concat_arrays(parts) if parts else pa.nulls(0, type_)
+    return concat(parts, type_)
 
 
 def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus]) -> LogBatch:

@@ -113,6 +113,21 @@ def bool_mask(values: np.ndarray) -> pa.BooleanArray:
     return pa.Array.from_buffers(pa.bool_(), len(values), [None, data])
 
 
+def contiguous(col: pa.ChunkedArray) -> pa.Array:
+    """`col` as one array: its only chunk as is, or the chunks concatenated (a copy)."""
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    return col.combine_chunks()
+
+
+def concat(arrays: Sequence[pa.Array], type_: pa.DataType) -> pa.Array:
+    """The arrays of `type_` end to end; copies only when more than one is non-empty."""
+    parts = [a for a in arrays if len(a)]
+    if len(parts) > 1:
+        return pa.concat_arrays(parts)
+    return parts[0] if parts else pa.nulls(0, type_)
+
+
 def int_values(arr: pa.Array) -> np.ndarray:
     """A non-null integer array as a numpy view, without the pandas shim."""
     values = np.frombuffer(arr.buffers()[1], dtype=_int_dtype(arr.type))

@@ -9,6 +9,7 @@ checkpoint keep the checkpoint's order; files added later follow in log order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -30,7 +31,13 @@ from airflow_delta.engine.actions import (
     action_from_json,
     iter_log_lines,
 )
-from airflow_delta.engine.columnar import array_from_pylist, bool_mask, int_values, scalar
+from airflow_delta.engine.columnar import (
+    array_from_pylist,
+    bool_mask,
+    concat,
+    int_values,
+    scalar,
+)
 from airflow_delta.engine.errors import CorruptLogError
 
 
@@ -143,10 +150,14 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
 _EMPTY = scalar("", pa.string())
 
 
-def _string_data(strings: pa.Array) -> bytes:
-    """The character data of a string array (a superset for slices): a fast pre-scan."""
-    buf = strings.buffers()[2]
-    return b"" if buf is None else buf.to_pybytes()
+_PERCENT = re.compile(b"%")
+
+
+def _may_hold_escapes(strings: pa.Array) -> bool:
+    """Whether any string may hold a `%`: a scan of the character data in place (for a slice,
+    of its whole buffer, so a superset)."""
+    data = strings.buffers()[2]
+    return data is not None and _PERCENT.search(data) is not None
 
 
 def canonicalize_paths(paths: pa.Array) -> pa.Array:
@@ -155,10 +166,9 @@ def canonicalize_paths(paths: pa.Array) -> pa.Array:
     So `file:/a/b%20c`, `file:///a/b%20c` and `/a/b c` are one file. Decoding is done once per
     distinct directory and only for file names that contain an escape, never per file.
     """
-    data = _string_data(paths)
-    if b"file:" in data:
+    if pc.any(pc.starts_with(paths, "file:")).as_py():
         paths = pc.replace_substring_regex(paths, pattern="^file:(//)?/", replacement="/")
-    if b"%" not in data:
+    if not _may_hold_escapes(paths):
         return paths
     dirs = pc.replace_substring_regex(paths, pattern="[^/]*$", replacement="").dictionary_encode()
     decoded_dirs = array_from_pylist([unquote(d) for d in dirs.dictionary.to_pylist()], pa.string())
@@ -270,8 +280,8 @@ class InMemoryLogReplay:
         # Base (checkpoint) files survive unless a later action names the same key.
         later_keys = pc.unique(keys)
         self._resolved = (
-            pa.concat_arrays([_without_keys(base_adds, later_keys), later_adds]),
-            pa.concat_arrays([_without_keys(base_removes, later_keys), later_removes]),
+            concat([_without_keys(base_adds, later_keys), later_adds], ADD_TYPE),
+            concat([_without_keys(base_removes, later_keys), later_removes], REMOVE_TYPE),
         )
         return self._resolved
 

@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.columnar import scalar
+from airflow_delta.engine.columnar import contiguous, scalar
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
 
 DELTA_METADATA_KEY = b"delta.metadata"
@@ -515,7 +515,7 @@ def partition_values_to_arrow(values: pa.Array | pa.ChunkedArray, delta_type: st
     kind = _kind(target)
     strings = values.cast(pa.string())
     if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
+        strings = contiguous(strings)
     empty = pc.equal(strings, scalar("", pa.string()))
     strings = pc.if_else(empty, scalar(None, pa.string()), strings)
     if kind == "string":
