@@ -8,8 +8,10 @@ A checkpoint holds one action per row, each action in its own struct column (`ad
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,7 @@ from airflow_delta.engine.actions import (
 from airflow_delta.engine.columnar import array_from_pylist, bool_mask, concat, contiguous
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log_store import FileStatus, LogStore
-from airflow_delta.engine.replay import LogBatch, parse_log_batch
+from airflow_delta.engine.replay import FileActions, LogBatch, parse_log_batch
 
 #: Above this many actions a checkpoint is split into a multi-part checkpoint.
 DEFAULT_CHECKPOINT_PART_SIZE = 5_000_000
@@ -213,20 +215,70 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
     sidecars = [
         sc.path if "/" in sc.path else store.join(sidecar_dir, sc.path) for sc in batch.sidecars
     ]
+    batch.unread_files = _CheckpointFileActions(
+        store, file_tables, [*parquet_parts, *((path, None) for path in sidecars)]
+    )
+    return batch
 
-    def load_file_actions() -> tuple[pa.StructArray, pa.StructArray]:
-        tables = list(file_tables)
-        for path, pf in parquet_parts:
-            tables.append(_read_parquet_actions(store, path, file_actions=True, pf=pf))
-        for path in sidecars:
-            try:
-                tables.append(_read_parquet_actions(store, path, file_actions=True))
-            except FileNotFoundError:
-                raise CorruptLogError(f"checkpoint sidecar {path} is missing") from None
+
+#: Rows per piece when a checkpoint's file actions are streamed (see `read_in_batches`).
+READ_BATCH_ROWS = 8192
+
+
+@dataclass
+class _CheckpointFileActions:
+    """The file actions of a checkpoint: those of its JSON parts (already parsed), then those of
+    its parquet parts and sidecars (`None`: a sidecar, opened when first read)."""
+
+    store: LogStore
+    json_tables: list[pa.Table]
+    parquet: list[tuple[str, pq.ParquetFile | None]]
+
+    def _parquet_files(self) -> Iterator[tuple[str, pq.ParquetFile]]:
+        for i, (path, pf) in enumerate(self.parquet):
+            if pf is None:
+                try:
+                    pf = _open_parquet(self.store, path)
+                except FileNotFoundError:
+                    raise CorruptLogError(f"checkpoint sidecar {path} is missing") from None
+                except (OSError, pa.ArrowException) as exc:
+                    raise CorruptLogError(f"checkpoint file {path} cannot be read: {exc}") from None
+                self.parquet[i] = (path, pf)
+            yield path, pf
+
+    def read(self) -> FileActions:
+        """Every file action, read whole."""
+        tables = list(self.json_tables)
+        for path, pf in self._parquet_files():
+            tables.append(_read_parquet_actions(self.store, path, file_actions=True, pf=pf))
         return _file_actions(tables, "add", ADD_TYPE), _file_actions(tables, "remove", REMOVE_TYPE)
 
-    batch.file_loader = load_file_actions
-    return batch
+    def read_in_batches(self) -> Iterator[FileActions]:
+        """The same actions, `READ_BATCH_ROWS` rows of the parquet files at a time."""
+        tables: Iterator[pa.Table] = iter(self.json_tables)
+        for path, pf in self._parquet_files():
+            columns = _projection(pf.schema_arrow, file_actions=True)
+            if columns:
+                tables = itertools.chain(tables, _read_in_batches(path, pf, columns))
+        for t in tables:
+            yield _file_actions([t], "add", ADD_TYPE), _file_actions([t], "remove", REMOVE_TYPE)
+
+    def max_rows(self) -> int:
+        """Rows of the JSON parts and of the parquet files (every row may be a file action)."""
+        rows = sum(t.num_rows for t in self.json_tables)
+        return rows + sum(pf.metadata.num_rows for _, pf in self._parquet_files())
+
+
+def _read_in_batches(path: str, pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+    batches = pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns, use_threads=True)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptLogError(f"checkpoint file {path} cannot be read: {exc}") from None
+        if batch is None:
+            return
+        yield pa.Table.from_batches([batch])
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -273,17 +325,27 @@ def _column_table(columns: dict[str, pa.Array]) -> pa.Table:
     )
 
 
-def checkpoint_table(
+#: The columns of a classic checkpoint as this engine writes them.
+CHECKPOINT_SCHEMA = pa.schema(list(CHECKPOINT_COLUMNS.items()))
+
+_PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "snappy",
+    "use_dictionary": False,  # paths and stats are unique: dictionaries only cost time
+    "write_statistics": False,  # no reader prunes checkpoint row groups by them
+}
+
+
+def checkpoint_pieces(
     protocol: Protocol,
     metadata: Metadata,
     txns: Sequence[SetTransaction],
     domains: Sequence[DomainMetadata],
-    adds: pa.StructArray,
-    tombstones: pa.StructArray,
-) -> pa.Table:
+    file_actions: Iterable[FileActions],
+) -> Iterator[pa.Table]:
     """The rows of a checkpoint in the seed's order: protocol, metadata, txns, domains, files.
 
-    AddFiles and tombstones are written with dataChange=false, as InMemoryLogReplay keeps them.
+    One table per piece of `file_actions` (AddFiles, tombstones); the first also holds the other
+    actions. Files are written with dataChange=false, as InMemoryLogReplay keeps them.
     """
     small = [
         _column_table({"protocol": array_from_pylist([_protocol_row(protocol)], PROTOCOL_TYPE)}),
@@ -297,12 +359,17 @@ def checkpoint_table(
         rows = [d.to_json_dict() for d in domains]
         domain_rows = array_from_pylist(rows, DOMAIN_METADATA_TYPE)
         small.append(_column_table({"domainMetadata": domain_rows}))
-    files = [
-        _column_table({name: _without_data_change(arr)})
-        for name, arr in (("add", adds), ("remove", tombstones))
-        if len(arr)
-    ]
-    return pa.concat_tables(small + files)
+    for adds, tombstones in file_actions:
+        files = [
+            _column_table({name: _without_data_change(arr)})
+            for name, arr in (("add", adds), ("remove", tombstones))
+            if len(arr)
+        ]
+        if files:
+            yield pa.concat_tables([*small, *files])
+            small = []
+    if small:
+        yield pa.concat_tables(small)
 
 
 def _without_data_change(arr: pa.StructArray) -> pa.StructArray:
@@ -311,38 +378,70 @@ def _without_data_change(arr: pa.StructArray) -> pa.StructArray:
     return pa.StructArray.from_arrays(children, fields=list(arr.type))
 
 
+_END = object()
+
+
+def _read_ahead(items: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """`items`, the next one computed on a worker thread while the caller handles the current
+    one (reading the old checkpoint overlaps with encoding the new one)."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(next, items, _END)
+        while (item := pending.result()) is not _END:
+            pending = pool.submit(next, items, _END)
+            yield item
+
+
+@dataclass
+class _Tally:
+    """Rows and AddFiles of the tables that went through `count`."""
+
+    rows: int = 0
+    adds: int = 0
+
+    def count(self, tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        for t in tables:
+            self.rows += t.num_rows
+            self.adds += t.num_rows - t.column("add").null_count
+            yield t
+
+
 def write_checkpoint(
     store: LogStore,
     log_path: str,
     version: int,
-    table: pa.Table,
-    num_of_add_files: int,
+    pieces: Iterable[pa.Table],
+    max_rows: int,
     part_size: int = DEFAULT_CHECKPOINT_PART_SIZE,
 ) -> CheckpointResult:
-    """Write `table` as the checkpoint of `version` (multi-part above `part_size` actions).
+    """Write the tables of `pieces` (at most `max_rows` rows) as the checkpoint of `version`.
 
-    Parts are written whole-file atomically (rewriting a checkpoint of the same version is
-    harmless: its content is the same). `_last_checkpoint` is written last, and only moves
-    forward.
+    When `max_rows` fits in one part, the pieces stream into a single file, a row group each, so
+    memory holds one piece at a time. Above `part_size` actions they are gathered and split
+    into a multi-part checkpoint. Parts are written whole-file atomically (rewriting a checkpoint
+    of the same version is harmless: its content is the same). `_last_checkpoint` is written
+    last, and only moves forward.
     """
-    n = table.num_rows
-    parts = max(1, -(-n // part_size))
-    names = (
-        [filenames.checkpoint_file_single(version)]
-        if parts == 1
-        else filenames.checkpoint_file_parts(version, parts)
-    )
-    rows_per_part = -(-n // parts)
-    size_in_bytes = 0
-    for i, name in enumerate(names):
-        size_in_bytes += store.write_parquet(
-            store.join(log_path, name),
-            table.slice(i * rows_per_part, rows_per_part),
-            compression="snappy",
-            use_dictionary=False,  # paths and stats are unique: dictionaries only cost time
-            write_statistics=False,  # no reader prunes checkpoint row groups by them
+    tally = _Tally()
+    tables = tally.count(pieces)
+    if max_rows <= part_size:
+        names, contents = [filenames.checkpoint_file_single(version)], [_read_ahead(tables)]
+    else:
+        table = pa.concat_tables(list(tables))
+        parts = max(1, -(-table.num_rows // part_size))
+        names = (
+            [filenames.checkpoint_file_single(version)]
+            if parts == 1
+            else filenames.checkpoint_file_parts(version, parts)
         )
-    result = CheckpointResult(version, parts, n, size_in_bytes, num_of_add_files)
+        per_part = -(-table.num_rows // parts)
+        contents = [[table.slice(i * per_part, per_part)] for i in range(parts)]
+    size_in_bytes = 0
+    for name, content in zip(names, contents, strict=True):
+        path = store.join(log_path, name)
+        size_in_bytes += store.write_parquet(path, content, CHECKPOINT_SCHEMA, **_PARQUET_OPTIONS)
+    parts = len(names)
+    n = tally.rows
+    result = CheckpointResult(version, parts, n, size_in_bytes, tally.adds)
     hint = read_last_checkpoint(store, log_path)
     if hint is None or hint.get("version", -1) <= version:
         body = {
@@ -350,7 +449,7 @@ def write_checkpoint(
             "size": n,
             **({"parts": parts} if parts > 1 else {}),
             "sizeInBytes": size_in_bytes,
-            "numOfAddFiles": num_of_add_files,
+            "numOfAddFiles": tally.adds,
         }
         data = json.dumps(body, separators=(",", ":")).encode()
         store.write(store.join(log_path, filenames.LAST_CHECKPOINT), data, overwrite=True)

@@ -17,7 +17,7 @@ from airflow_delta.engine.actions import CommitInfo, Metadata, Operation
 from airflow_delta.engine.checkpoints import (
     DEFAULT_CHECKPOINT_PART_SIZE,
     CheckpointResult,
-    checkpoint_table,
+    checkpoint_pieces,
     read_checkpoint,
     read_last_checkpoint,
     write_checkpoint,
@@ -293,17 +293,14 @@ class DeltaLog:
         """Write a classic (or multi-part, above `part_size` actions) checkpoint of `snapshot`."""
         snapshot = snapshot or self.update()
         check_checkpoint_support(snapshot.protocol, self.table_uri)
-        files = snapshot.files()
-        table = checkpoint_table(
-            snapshot.protocol,
-            snapshot.metadata,
-            list(snapshot.set_transactions.values()),
-            list(snapshot.domain_metadata.values()),
-            files,
-            snapshot.tombstones(),
+        txns = list(snapshot.set_transactions.values())
+        domains = list(snapshot.domain_metadata.values())
+        pieces = checkpoint_pieces(
+            snapshot.protocol, snapshot.metadata, txns, domains, snapshot.file_actions_in_batches()
         )
+        max_rows = 2 + len(txns) + len(domains) + snapshot.max_file_actions()
         result = write_checkpoint(
-            self.store, self.log_path, snapshot.version, table, len(files), part_size
+            self.store, self.log_path, snapshot.version, pieces, max_rows, part_size
         )
         log.info(
             "Checkpointed table %s at version %s (%s parts, %s actions)",

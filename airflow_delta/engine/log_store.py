@@ -24,7 +24,7 @@ import os
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -67,6 +67,15 @@ class FileStatus:
     modification_time: int  # milliseconds since the epoch
 
 
+def write_row_groups(
+    sink: pa.NativeFile, tables: Iterable[pa.Table], schema: pa.Schema, options: Mapping[str, Any]
+) -> None:
+    """Write each of `tables` as a row group of a parquet file of `schema` into `sink`."""
+    with pq.ParquetWriter(sink, schema, **options) as writer:
+        for table in tables:
+            writer.write_table(table)
+
+
 class LogStore(ABC):
     """Reads, lists and atomically writes log files on one filesystem."""
 
@@ -93,13 +102,14 @@ class LogStore(ABC):
         (atomically where the filesystem allows it).
         """
 
-    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> int:
-        """Write `table` as a parquet file replacing `path`, whole-file atomically; its size.
-
-        `options` go to `pyarrow.parquet.write_table`.
+    def write_parquet(
+        self, path: str, tables: Iterable[pa.Table], schema: pa.Schema, **options: Any
+    ) -> int:
+        """Write `tables` (a row group each) as a parquet file of `schema` replacing `path`,
+        whole-file atomically; its size. `options` go to `pyarrow.parquet.ParquetWriter`.
         """
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, **options)
+        write_row_groups(sink, tables, schema, options)
         data = sink.getvalue()
         self.write(path, data.to_pybytes(), overwrite=True)
         return data.size
@@ -166,7 +176,9 @@ class LocalLogStore(LogStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def write_parquet(self, path: str, table: pa.Table, **options: Any) -> int:
+    def write_parquet(
+        self, path: str, tables: Iterable[pa.Table], schema: pa.Schema, **options: Any
+    ) -> int:
         """Encode straight into a temporary file (no copy in memory), fsync it, then replace
         `path` with it."""
         directory, name = os.path.split(path)
@@ -174,7 +186,7 @@ class LocalLogStore(LogStore):
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         try:
             with pa.OSFile(tmp, "wb") as sink:
-                pq.write_table(table, sink, **options)
+                write_row_groups(sink, tables, schema, options)
             fd = os.open(tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)

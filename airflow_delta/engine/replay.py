@@ -10,8 +10,9 @@ checkpoint keep the checkpoint's order; files added later follow in log order.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol as Interface
 from urllib.parse import unquote
 
 import numpy as np
@@ -40,6 +41,22 @@ from airflow_delta.engine.columnar import (
 )
 from airflow_delta.engine.errors import CorruptLogError
 
+#: A piece of a table's file actions: AddFiles and RemoveFiles as ADD_TYPE/REMOVE_TYPE structs.
+FileActions = tuple[pa.StructArray, pa.StructArray]
+
+
+class UnreadFileActions(Interface):
+    """A checkpoint's file actions, not read yet: read whole, or streamed in bounded pieces."""
+
+    def read(self) -> FileActions:
+        """Every AddFile and RemoveFile of the checkpoint, in its order."""
+
+    def read_in_batches(self) -> Iterator[FileActions]:
+        """The same actions in the same order, a bounded number of rows at a time."""
+
+    def max_rows(self) -> int:
+        """An upper bound of the number of file actions (from the files' metadata)."""
+
 
 @dataclass
 class LogBatch:
@@ -51,7 +68,7 @@ class LogBatch:
     """
 
     source: str = ""
-    file_loader: Callable[[], tuple[pa.StructArray, pa.StructArray]] | None = None
+    unread_files: UnreadFileActions | None = None
     adds: pa.StructArray | None = None
     removes: pa.StructArray | None = None
     add_rows: list[dict] = field(default_factory=list)
@@ -75,9 +92,9 @@ class LogBatch:
         return arrays + len(self.add_rows) + len(self.remove_rows)
 
     def _load_files(self) -> None:
-        if self.file_loader is not None:
-            self.adds, self.removes = self.file_loader()
-            self.file_loader = None
+        if self.unread_files is not None:
+            self.adds, self.removes = self.unread_files.read()
+            self.unread_files = None
 
     def add_array(self) -> pa.StructArray:
         """The AddFiles of this batch as ADD_TYPE structs."""
@@ -203,7 +220,7 @@ def file_keys(files: pa.StructArray) -> pa.Array:
 
 def _without_keys(files: pa.StructArray, keys: pa.Array) -> pa.StructArray:
     """`files` minus those whose key is in `keys` (no copy when none is)."""
-    if not len(files):
+    if not len(files) or not len(keys):
         return files
     named = pc.is_in(file_keys(files), value_set=keys)
     return files.filter(pc.invert(named)) if pc.any(named).as_py() else files
@@ -222,7 +239,8 @@ class InMemoryLogReplay:
         self.last_commit_info: CommitInfo | None = None
         self._base: LogBatch | None = None
         self._later: list[LogBatch] = []
-        self._resolved: tuple[pa.StructArray, pa.StructArray] | None = None
+        self._later_files: tuple[pa.StructArray, pa.StructArray, pa.Array] | None = None
+        self._resolved: FileActions | None = None
 
     def append(self, version: int, batch: LogBatch) -> None:
         """Add the actions of `version` to their registries."""
@@ -247,17 +265,17 @@ class InMemoryLogReplay:
             self._base = batch
         elif batch.num_file_actions:
             self._later.append(batch)
+        self._later_files = None
         self._resolved = None
 
-    def _resolve(self) -> tuple[pa.StructArray, pa.StructArray]:
-        if self._resolved is not None:
-            return self._resolved
-        base_adds = self._base.add_array() if self._base else pa.nulls(0, ADD_TYPE)
-        base_removes = self._base.remove_array() if self._base else pa.nulls(0, REMOVE_TYPE)
+    def _resolve_later(self) -> tuple[pa.StructArray, pa.StructArray, pa.Array]:
+        """The winning adds and removes of the commits after the checkpoint, and every key
+        those commits name: the newest action per key wins, ordered by (batch, line)."""
+        if self._later_files is not None:
+            return self._later_files
         if not self._later:
-            self._resolved = (base_adds, base_removes)
-            return self._resolved
-        # Later actions: the newest action per key wins, ordered by (batch, line).
+            self._later_files = (pa.nulls(0, ADD_TYPE), pa.nulls(0, REMOVE_TYPE), pa.nulls(0))
+            return self._later_files
         adds = _rows_to_array(self._later, "add")
         removes = _rows_to_array(self._later, "remove")
         order = np.array(
@@ -269,21 +287,55 @@ class InMemoryLogReplay:
             ],
             dtype=np.int64,
         )
-        keys = pa.concat_arrays([file_keys(adds), file_keys(removes)])
+        keys = concat([file_keys(adds), file_keys(removes)], pa.string())
         key_ids = int_values(keys.dictionary_encode().indices)
         newest = np.full(int(key_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
         np.maximum.at(newest, key_ids, order)
         is_winner = bool_mask(newest[key_ids] == order)
         n_add = len(adds)
-        later_adds = adds.filter(is_winner.slice(0, n_add))
-        later_removes = removes.filter(is_winner.slice(n_add))
-        # Base (checkpoint) files survive unless a later action names the same key.
-        later_keys = pc.unique(keys)
-        self._resolved = (
-            concat([_without_keys(base_adds, later_keys), later_adds], ADD_TYPE),
-            concat([_without_keys(base_removes, later_keys), later_removes], REMOVE_TYPE),
+        self._later_files = (
+            adds.filter(is_winner.slice(0, n_add)),
+            removes.filter(is_winner.slice(n_add)),
+            pc.unique(keys),
         )
+        return self._later_files
+
+    def _resolve(self) -> FileActions:
+        if self._resolved is None:
+            base_adds = self._base.add_array() if self._base else pa.nulls(0, ADD_TYPE)
+            base_removes = self._base.remove_array() if self._base else pa.nulls(0, REMOVE_TYPE)
+            later_adds, later_removes, later_keys = self._resolve_later()
+            # Base (checkpoint) files survive unless a later action names the same key.
+            self._resolved = (
+                concat([_without_keys(base_adds, later_keys), later_adds], ADD_TYPE),
+                concat([_without_keys(base_removes, later_keys), later_removes], REMOVE_TYPE),
+            )
         return self._resolved
+
+    def file_actions_in_batches(self) -> Iterator[FileActions]:
+        """The active AddFiles and the retained tombstones, in pieces.
+
+        When the checkpoint's file actions have not been read yet, they are streamed in bounded
+        pieces and not kept (so writing a checkpoint holds one piece at a time), followed by the
+        later commits' winners. Otherwise the resolved state is one piece.
+        """
+        unread = self._base.unread_files if self._base and self._resolved is None else None
+        if unread is None:
+            yield self.active_files(), self.get_tombstones()
+            return
+        later_adds, later_removes, later_keys = self._resolve_later()
+        for adds, removes in unread.read_in_batches():
+            removes = self._retained(_without_keys(removes, later_keys))
+            yield _without_keys(adds, later_keys), removes
+        yield later_adds, self._retained(later_removes)
+
+    def max_file_actions(self) -> int:
+        """An upper bound of the number of pieces' rows `file_actions_in_batches` yields."""
+        unread = self._base.unread_files if self._base and self._resolved is None else None
+        if unread is None:
+            return len(self.active_files()) + len(self.get_tombstones())
+        later_adds, later_removes, _ = self._resolve_later()
+        return unread.max_rows() + len(later_adds) + len(later_removes)
 
     def active_files(self) -> pa.StructArray:
         """The AddFiles of the table's state, as ADD_TYPE structs."""
@@ -291,6 +343,9 @@ class InMemoryLogReplay:
 
     def get_tombstones(self) -> pa.StructArray:
         """RemoveFiles newer than minFileRetentionTimestamp, as REMOVE_TYPE structs."""
-        removes = self._resolve()[1]
+        return self._retained(self._resolve()[1])
+
+    def _retained(self, removes: pa.StructArray) -> pa.StructArray:
+        """The RemoveFiles newer than minFileRetentionTimestamp."""
         ts = pc.fill_null(removes.field("deletionTimestamp"), scalar(0, pa.int64()))
         return removes.filter(pc.greater(ts, scalar(self.min_file_retention_timestamp, pa.int64())))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from airflow_delta.engine.features import check_reader_support
 from airflow_delta.engine.log_store import FileStatus
-from airflow_delta.engine.replay import InMemoryLogReplay, LogBatch, parse_log_batch
+from airflow_delta.engine.replay import FileActions, InMemoryLogReplay, LogBatch, parse_log_batch
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
@@ -238,6 +239,15 @@ class Snapshot:
     def files(self) -> pa.StructArray:
         """The active AddFiles as ADD_TYPE structs (columnar; no per-file objects)."""
         return self._replay.active_files()
+
+    def file_actions_in_batches(self) -> Iterator[FileActions]:
+        """The active AddFiles and the tombstones within retention, in pieces: what a
+        checkpoint holds. A checkpoint's file actions not read yet are streamed, not kept."""
+        return self._replay.file_actions_in_batches()
+
+    def max_file_actions(self) -> int:
+        """An upper bound of the rows `file_actions_in_batches` yields."""
+        return self._replay.max_file_actions()
 
     def all_files(self) -> list[AddFile]:
         """The active AddFiles as objects."""

@@ -242,7 +242,7 @@ def crash_writer(uri: str, seed: int, journal: str, markers: str, checkpoint_par
 
     Writes `ready` to the `markers` file once started, then announces each commit (`C <n>`,
     `V <version>` when it returned) and each file write to the log (`W <name> <bytes>`, or
-    `W <name> <rows>` for a checkpoint part, `w` when done; the writes themselves are the
+    `W <name> parquet` for a checkpoint part, `w` when done; the writes themselves are the
     engine's), and journals each commit after it
     returns (`{"version", "n",
     "first"}`, one line, one write). With `checkpoint_parts` > 0 it also writes multi-part
@@ -268,9 +268,9 @@ def crash_writer(uri: str, seed: int, journal: str, markers: str, checkpoint_par
 
         write_parquet = log.store.write_parquet
 
-        def announced_write_parquet(path: str, table: Any, **options: Any) -> int:
-            emit(f"W {os.path.basename(path)} {table.num_rows}")
-            size = write_parquet(path, table, **options)
+        def announced_write_parquet(path: str, tables: Any, schema: Any, **options: Any) -> int:
+            emit(f"W {os.path.basename(path)} parquet")
+            size = write_parquet(path, tables, schema, **options)
             emit("w")
             return size
 
