@@ -129,9 +129,9 @@ def run(reps: int = 9):
         run_child("b4_checkpoint", system, path)
         drop_copy(path)
         os.sync()
+    children = [("ours", "ours"), ("deltalake", "deltalake"), ("ours", "ours-resolved")]
     for rep in range(reps):
-        order = SYSTEMS if rep % 2 == 0 else SYSTEMS[::-1]
-        for system, task in [(s, s) for s in order] + [("ours", "ours-resolved")]:
+        for system, task in children[rep % 3 :] + children[: rep % 3]:  # rotate the order
             path = fresh_copy(spec, f"b4-{task}")
             sample = run_child("b4_checkpoint", task, path)
             if sample["version"] != spec.latest_version or not sample["checkpoint_bytes"]:
