@@ -13,7 +13,6 @@ resolves the file set lazily (in `files()`), deltalake's `DeltaTable()` loads it
 
 from __future__ import annotations
 
-import resource
 from time import perf_counter
 
 ID = "B1"
@@ -39,7 +38,6 @@ def _ours(path: str) -> dict:
         "list": t4 - t2,
         "list_arrow": t3 - t2,
         "total": t4 - t1,
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "version": snap.version,
         "files": len(paths),
     }
@@ -59,7 +57,6 @@ def _deltalake(path: str) -> dict:
         "load": t2 - t1,
         "list": t3 - t2,
         "total": t3 - t1,
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "version": dt.version(),
         "files": len(paths),
     }

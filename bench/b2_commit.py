@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 from pathlib import Path
 from time import perf_counter, time
 
@@ -78,7 +77,6 @@ def _sample(path, version, t0, t1, t2, t3, attempts=None) -> dict:
         "open": t2 - t1,
         "commit": t3 - t2,
         "total": t3 - t1,
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "version": version,
         "attempts": attempts,
         "commit_file": (log_dir / f"{version:020d}.json").exists(),

@@ -18,7 +18,6 @@ resolved first (`s.files()` in the load phase), which writes from memory instead
 from __future__ import annotations
 
 import os
-import resource
 from pathlib import Path
 from time import perf_counter
 
@@ -66,7 +65,6 @@ def _sample(path: str, version: int, t0: float, t1: float, t2: float, t3: float)
         "load": t2 - t1,
         "write": t3 - t2,
         "total": t3 - t1,
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "version": version,
         "checkpoint_bytes": os.path.getsize(cp) if os.path.exists(cp) else None,
     }

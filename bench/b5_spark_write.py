@@ -62,7 +62,7 @@ def frame(spark, n: int):
 
 
 def _ours(path: str) -> dict:
-    from bench.spark_util import PhaseTimer, peak_rss_mb, start_spark
+    from bench.spark_util import PhaseTimer, start_spark
 
     spark, started = start_spark()
     import airflow_delta.spark.write as write_module
@@ -72,7 +72,7 @@ def _ours(path: str) -> dict:
     write_delta(frame(spark, WARMUP_ROWS), str(run / "warmup"), partition_by=[PARTITION_COLUMN])
     phases = PhaseTimer()
     phases.wrap(write_module, "write_files", "write_files")
-    sample: dict = {"start": started, "maxrss_mb": 0.0, "checks": []}
+    sample: dict = {"start": started, "checks": []}
     for key, name in (("", "table"), ("2nd:", "table2")):
         phases.reset()
         t0 = perf_counter()
@@ -100,12 +100,11 @@ def _ours(path: str) -> dict:
         snapshot = DeltaLog.for_table(str(run / name)).update()
         values = snapshot.files().field("partitionValues")
         check["partitions"] = len({tuple(sorted(v)) for v in values.to_pylist()})
-    sample["maxrss_mb"] = peak_rss_mb()
     return sample
 
 
 def _spark_parquet(path: str) -> dict:
-    from bench.spark_util import peak_rss_mb, start_spark
+    from bench.spark_util import start_spark
 
     spark, started = start_spark()
     run = Path(path)
@@ -128,7 +127,6 @@ def _spark_parquet(path: str) -> dict:
                 "success_marker": (run / name / "_SUCCESS").exists(),
             }
         )
-    sample["maxrss_mb"] = peak_rss_mb()
     return sample
 
 

@@ -143,8 +143,6 @@ def _ours(path: str) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bench.spark_util import peak_rss_mb
-
     t0 = perf_counter()
     from airflow_delta.engine import DeltaLog
     from airflow_delta.spark import merge_delta
@@ -182,7 +180,6 @@ def _ours(path: str) -> dict:
 
     for check in sample["checks"]:
         check["rows"] = _count_rows(check.pop("table"))
-    sample["maxrss_mb"] = peak_rss_mb()
     return sample
 
 
@@ -190,7 +187,7 @@ def _ours_spark(path: str) -> dict:
     """Ours with a Spark DataFrame source: merged on Spark (a separate child: a JVM per run)."""
     import airflow_delta.spark.merge as merge_module
     from airflow_delta.spark import merge_delta, read_delta, write_delta
-    from bench.spark_util import PhaseTimer, peak_rss_mb, start_spark
+    from bench.spark_util import PhaseTimer, start_spark
 
     run = Path(path)
     sample: dict = {"checks": []}
@@ -233,7 +230,6 @@ def _ours_spark(path: str) -> dict:
     for check in sample["checks"]:
         check["rows"] = read_delta(spark, check.pop("table")).count()
     spark.stop()
-    sample["maxrss_mb"] = peak_rss_mb()
     return sample
 
 
@@ -243,8 +239,6 @@ def _deltalake(path: str) -> dict:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
-
-    from bench.spark_util import peak_rss_mb
 
     imported = perf_counter() - t0
     run = Path(path)
@@ -290,7 +284,6 @@ def _deltalake(path: str) -> dict:
                 if k in metrics
             }
         )
-    sample["maxrss_mb"] = peak_rss_mb()
     return sample
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 from pathlib import Path
 from time import perf_counter, time
@@ -212,7 +211,6 @@ def _ours(path: str) -> dict:
         "poll_same": _median(same),
         "cold": _median(cold),
         "trigger_run": _median(runs),
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "last_version": writer.version,
     }
 
@@ -250,7 +248,6 @@ def _deltalake(path: str) -> dict:
         "poll_new": _median(new),
         "poll_same": _median(same),
         "cold": _median(cold),
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "last_version": writer.version,
     }
 

@@ -7,7 +7,6 @@ Spark when its task starts the session, outside the timed region.
 from __future__ import annotations
 
 import functools
-import resource
 from time import perf_counter
 from typing import Any
 
@@ -31,11 +30,6 @@ def start_spark() -> tuple[Any, float]:
     spark.sparkContext.setLogLevel("ERROR")
     spark.range(1000).selectExpr("sum(id)").collect()
     return spark, perf_counter() - t0
-
-
-def peak_rss_mb() -> float:
-    """Peak RSS of this (driver) process in MB (the JVM is a child: not included)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class PhaseTimer:
