@@ -9,7 +9,7 @@ import pytest
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError
 from airflow_delta.engine.log_store import get_log_store
-from tests.unit.delta_log_builder import make_table, write_commit
+from tests.unit.delta_log_builder import add, make_table, remove, write_commit
 
 pytestmark = pytest.mark.s3
 
@@ -38,6 +38,34 @@ def test_replay_checkpoint_and_time_travel_on_s3(tmp_path, s3_bucket) -> None:
     assert again.log_segment.checkpoint_version == 4
     assert [f.path for f in again.all_files()] == [f.path for f in snap.all_files()]
     assert log.snapshot_at(version=1).num_files == 2
+
+
+def test_checkpoint_over_a_checkpoint_streams_from_s3(tmp_path, s3_bucket, monkeypatch) -> None:
+    """The old checkpoint's file actions are read through s3fs a few rows at a time."""
+    import pyarrow.parquet as pq
+
+    from airflow_delta.engine import checkpoints
+
+    monkeypatch.setattr(checkpoints, "READ_BATCH_ROWS", 2)
+    bucket, options = s3_bucket
+    local = make_table(tmp_path / "t", 7)
+    DeltaLog.for_table(str(local)).checkpoint()  # v6: f0..f6
+    write_commit(local, 7, [add("f7"), remove("f1", deletion_timestamp=2**62)])
+    write_commit(local, 8, [remove("f5", deletion_timestamp=2**62), add("f8")])
+    uri = upload(local, bucket, options)
+    log = DeltaLog.for_table(uri, options)
+    snap = log.update()
+    assert snap.log_segment.checkpoint_version == 6
+    result = log.checkpoint(snap)
+    assert (result.version, result.num_of_add_files) == (8, 7)
+    assert result.num_actions == 2 + 7 + 2  # protocol, metadata, files, two tombstones
+    store, root = get_log_store(uri, options)
+    with store.fs.open(store.join(root, "_delta_log", f"{8:020d}.checkpoint.parquet")) as fh:
+        assert pq.ParquetFile(fh).metadata.num_row_groups > 2  # streamed 2 old rows at a time
+    again = DeltaLog.for_table(uri, options).update()
+    assert again.log_segment.checkpoint_version == 8
+    assert sorted(f.path for f in again.all_files()) == [f"f{i}" for i in (0, 2, 3, 4, 6, 7, 8)]
+    assert sorted(t["path"] for t in again.tombstones().to_pylist()) == ["f1", "f5"]
 
 
 def test_s3_errors_are_typed(tmp_path, s3_bucket) -> None:
