@@ -56,7 +56,6 @@ from airflow_delta.engine.data_files import (
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
-    CorruptLogError,
     DeltaError,
     TableNotFoundError,
 )
@@ -993,12 +992,7 @@ class _FileReader:
                 present = [names[c.lower()] for c in data if c.lower() in names]
                 read = file.read(columns=present, use_threads=False)
         except FileNotFoundError:
-            snapshot = self.txn.snapshot
-            raise CorruptLogError(
-                f"Table {snapshot.table_uri} version {snapshot.version}: the data file {path} "
-                "is missing (deleted by a VACUUM with too short a retention, or copied without "
-                "it). Restore it, or MERGE into a table that has it."
-            ) from None
+            raise self.txn.snapshot.missing_data_file(path) from None
         given = dict(partition or [])
         arrays = []
         for name in columns:

@@ -282,5 +282,14 @@ class Snapshot:
         deleted = pc.sum(pc.struct_field(files.field("deletionVector"), "cardinality")).as_py()
         return int(total - (deleted or 0))
 
+    def missing_data_file(self, path: str) -> CorruptLogError:
+        """The error for an active file of this version that is not in storage."""
+        return CorruptLogError(
+            f"Table {self.table_uri} version {self.version}: the data file {path} is missing "
+            "(deleted by a VACUUM with too short a retention, or the table was copied without "
+            "it). Restore the file from a backup, or read or write a version that does not "
+            "reference it."
+        )
+
     def __repr__(self) -> str:
         return f"Snapshot(table={self.table_uri!r}, version={self.version})"

@@ -46,6 +46,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -130,7 +131,8 @@ def scan_files(
     for name in (file_column, row_index_column):
         if name is not None and (name.lower() in table.lower_names or name.startswith(_INTERNAL)):
             raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
-    locations = [table.resolve(path) for path in pc.struct_field(files, "path").to_pylist()]
+    paths = pc.struct_field(files, "path").to_pylist()
+    locations = [table.resolve(path) for path in paths]
     _check_locations(spark, snapshot, locations)
     extra = [
         T.StructField(name, kind)
@@ -146,7 +148,17 @@ def scan_files(
     needs_row_index = deleted is not None or row_index_column is not None
     per_file = bool(table.partition_fields) or file_column is not None or needs_row_index
 
-    data = _read_parquet(spark, table.read_schema, [loc.spark_path for loc in locations])
+    try:
+        data = _read_parquet(spark, table.read_schema, [loc.spark_path for loc in locations])
+    except AnalysisException as exc:
+        if exc.getCondition() != "PATH_NOT_FOUND":
+            raise
+        message = str(exc)
+        missing = (p for p, loc in zip(paths, locations, strict=True) if loc.spark_path in message)
+        path = next(missing, None)
+        if path is None:
+            raise
+        raise snapshot.missing_data_file(path) from None
     columns = [data[_quoted(f.name)] for f in table.read_schema.fields]
     if per_file:
         metadata = data.metadataColumn("_metadata")

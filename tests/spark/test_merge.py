@@ -8,6 +8,7 @@ abort the process at exit here).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_delta.engine import DeltaLog, Operation, OptimisticTransaction
 from airflow_delta.engine.actions import Action
-from airflow_delta.engine.errors import ConcurrentAppendException
+from airflow_delta.engine.errors import ConcurrentAppendException, CorruptLogError
 from airflow_delta.spark.merge import (
     DeltaMergeBuilder,
     MultipleSourceRowMatchingTargetRowInMergeError,
@@ -364,6 +365,22 @@ def test_partition_pruning_is_recorded(
     assert [p.text for p in merge.txn.read_predicates] == (predicates or ["true"])
     read_parts = {dict(r["partitionValues"])["part"] for r in merge.txn.read_files[0].to_pylist()}
     assert read_parts == parts_read
+
+
+@pytest.mark.parametrize("kind", ["spark", "arrow"])
+def test_a_missing_data_file_is_a_corrupt_log(spark: SparkSession, tmp_path: Path, kind: str):
+    """Both executors name the table, the version and the file; nothing is committed."""
+    uri = make_table(spark, tmp_path, BASE)
+    victim = sorted(files_by_part(uri)["b"])[0]
+    (Path(uri) / victim).unlink()
+    pattern = rf"Table {re.escape(uri)} version 1: the data file {re.escape(victim)} is missing"
+    with pytest.raises(CorruptLogError, match=pattern):
+        merge_delta(uri, source_of_kind(spark, [(3, "B3", "b")], kind), ON).when_matched_update(
+            {"value": "s.value"}
+        ).execute()
+    with pytest.raises(CorruptLogError, match=pattern):
+        read_delta(spark, uri)
+    assert DeltaLog.for_table(uri).update().version == 1
 
 
 # -- concurrency ---------------------------------------------------------------------------------
