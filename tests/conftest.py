@@ -113,6 +113,9 @@ def spark() -> Iterator[SparkSession]:
             "spark.sql.shuffle.partitions": "4",
             "spark.default.parallelism": "2",
             "spark.driver.memory": "1g",
+            # DataFrame sources stay on Spark's MERGE, which the Spark tests exercise; tests of
+            # the automatic in-process choice raise this per test (test_merge_arrow.py)
+            "spark.airflow_delta.merge.inProcessSourceBytes": "0",
         },
         app_name="airflow-delta-tests",
     )

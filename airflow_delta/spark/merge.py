@@ -28,8 +28,12 @@ deterministic. Only DataFrame APIs are used, so a Spark Connect session works to
 The source may also be Arrow data (a pyarrow Table, RecordBatchReader, or anything exporting an
 Arrow stream): the MERGE then runs in this process on pyarrow (`engine/merge.py`), with no
 Spark job, when the engine's executor takes it, and on Spark otherwise (the Arrow table becomes
-a DataFrame of the active or a default local session). The clauses, the pruning, the commit and
-the metrics are the engine's `MergeBuilder`'s in both cases.
+a DataFrame of the active or a default local session). A DataFrame source of a `local[...]`
+session whose size Spark estimates at `IN_PROCESS_SOURCE_BYTES` (a Spark conf, 64 MiB by
+default) or less is collected once to Arrow and tried in process first, since its driver is the
+machine the executors run on; it runs on Spark, from the DataFrame, when the engine refuses
+the MERGE. The clauses, the pruning, the commit and the metrics are the engine's
+`MergeBuilder`'s in every case.
 """
 
 from __future__ import annotations
@@ -105,15 +109,23 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         return [r[0] for r in rows]
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
-        """In process when the source is Arrow data the engine's executor takes; else Spark."""
-        if not isinstance(self.source_df, DataFrame):
+        """In process when the source is Arrow data, or a small DataFrame of a local session
+        (collected once, see `collect_small_source`), and the engine's executor takes it;
+        else on Spark."""
+        source = self.source_df
+        arrow = collect_small_source(source) if isinstance(source, DataFrame) else source
+        if arrow is not None:
+            self.source_df = arrow
             try:
                 return super()._write(txn)
             except UnsupportedMergeError as exc:
                 log.info("%s: running it on Spark", exc)
+        if isinstance(source, DataFrame):
+            self.source_df = source
+        else:
             from airflow_delta.spark.session import get_spark
 
-            self.source_df = get_spark().createDataFrame(self.source_df)
+            self.source_df = get_spark().createDataFrame(source)
         self.executor = "spark"
         return self._write_spark(txn)
 
@@ -385,6 +397,33 @@ def merge_delta(
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+#: Spark conf: the largest DataFrame source, by Spark's estimate of its size in bytes, that a
+#: MERGE on a local session collects to run in process; 0 keeps every DataFrame MERGE on Spark.
+IN_PROCESS_SOURCE_BYTES = "spark.airflow_delta.merge.inProcessSourceBytes"
+DEFAULT_IN_PROCESS_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+def collect_small_source(df: DataFrame) -> pa.Table | None:
+    """`df` as a pyarrow Table when the in-process MERGE should take it, else None.
+
+    Only on a classic session with a `local[...]` master, where the driver is the machine the
+    executors run on, and only when Spark's estimate of the source's size (its optimized plan's
+    statistics) is at most `IN_PROCESS_SOURCE_BYTES`. Collecting evaluates the source once; a
+    MERGE on Spark evaluates it several times. Column names equal but for case stay on Spark,
+    which resolves them.
+    """
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        return None
+    spark = df.sparkSession
+    limit = int(spark.conf.get(IN_PROCESS_SOURCE_BYTES, str(DEFAULT_IN_PROCESS_SOURCE_BYTES)))
+    if limit <= 0 or not spark.sparkContext.master.startswith("local"):
+        return None
+    names = {c.lower() for c in df.columns}
+    if len(names) != len(df.columns):
+        return None
+    estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    return df.toArrow() if estimate <= limit else None
 
 
 def _first_clause(

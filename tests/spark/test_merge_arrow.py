@@ -1,16 +1,18 @@
 """MERGE of Arrow data, run in process by the engine: the same rows and metrics as Spark's MERGE.
 
-Each case runs one MERGE twice on two copies of a table: once with a Spark DataFrame source
-(the Spark executor) and once with the same rows as a pyarrow Table (the engine's in-process
-executor). Both tables must then hold the same rows, read by deltalake, and both commits the
-same metrics (file counts and bytes aside: the executors cut files differently).
+Each case runs one MERGE three times on copies of a table: with a Spark DataFrame source (the
+Spark executor), with the same rows as a pyarrow Table (the engine's in-process executor), and
+with the DataFrame collected to run in process (what a local session does with a small source).
+The tables must then hold the same rows, read by deltalake, and the commits the same metrics
+(file counts and bytes aside: the executors cut files differently).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,10 @@ from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import ConstraintViolationError
 from airflow_delta.engine.merge import UnsupportedMergeError, merge_arrow
 from airflow_delta.spark.merge import (
+    IN_PROCESS_SOURCE_BYTES,
     DeltaMergeBuilder,
     MultipleSourceRowMatchingTargetRowInMergeError,
+    collect_small_source,
     merge_delta,
 )
 from airflow_delta.spark.write import write_delta
@@ -59,6 +63,16 @@ def base_table(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) ->
     return path
 
 
+@contextlib.contextmanager
+def in_process_sources(spark: SparkSession, limit: int) -> Iterator[None]:
+    """DataFrame sources up to `limit` estimated bytes merged in process (0: none), for now."""
+    spark.conf.set(IN_PROCESS_SOURCE_BYTES, str(limit))
+    try:
+        yield
+    finally:
+        spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")  # the session fixture's setting
+
+
 def both(
     spark: SparkSession,
     base: Path,
@@ -67,20 +81,25 @@ def both(
     clauses: Clauses,
     source: list[Row] = SOURCE,
 ) -> tuple[list[tuple], dict[str, int]]:
-    """Run the MERGE with a Spark and with an Arrow source; the (equal) rows and metrics."""
+    """Run the MERGE with a Spark source on Spark, with an Arrow source, and with a Spark source
+    collected to run in process; the (equal) rows and metrics."""
     results = []
-    for kind in ("spark", "arrow"):
+    for kind in ("spark", "arrow", "collected"):
         uri = str(tmp_path / kind)
         shutil.copytree(base, uri)
-        data: Any = spark.createDataFrame(source, DDL)
-        if kind == "arrow":
-            data = pa.Table.from_pylist(
-                [dict(zip(SCHEMA.names, r, strict=True)) for r in source], SCHEMA
-            )
+        data: Any = pa.Table.from_pylist(
+            [dict(zip(SCHEMA.names, r, strict=True)) for r in source], SCHEMA
+        )
+        if kind == "spark":
+            data = spark.createDataFrame(source, DDL)
+        elif kind == "collected":  # a DataFrame of Arrow data: Spark knows its size
+            data = spark.createDataFrame(data)
         builder = clauses(merge_delta(uri, data, condition))
-        if kind == "arrow":  # the engine ran it: no Spark DataFrame was made of the source
+        if kind != "spark":  # the engine runs it: Spark's MERGE must not
             builder._write_spark = None  # type: ignore[method-assign]
-        result = builder.execute()
+        with in_process_sources(spark, 0 if kind == "spark" else 1 << 20):
+            result = builder.execute()
+        assert builder.executor == ("spark" if kind == "spark" else "in-process")
         metrics = {k: v for k, v in last_metrics(uri).items() if k not in FILE_LAYOUT}
         assert {k: v for k, v in result.items() if k not in FILE_LAYOUT} == {
             **metrics,
@@ -207,6 +226,48 @@ def test_unsupported_merges_fall_back_to_spark(
     )
     assert result["numTargetRowsUpdated"] == 2
     assert (2, "NEW2", "a") in rows_of(uri)
+
+
+def test_which_dataframe_sources_run_in_process(
+    spark: SparkSession, base_table: Path, tmp_path: Path
+) -> None:
+    """A local session collects a DataFrame source whose estimated size Spark knows and is within
+    the limit (64 MiB unless set); otherwise, or when the engine refuses the MERGE, it runs on
+    Spark with the DataFrame itself."""
+    arrow = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in SOURCE], SCHEMA)
+    known = spark.createDataFrame(arrow)  # a LocalRelation: Spark's estimate is its size
+    unknown = spark.createDataFrame(SOURCE, DDL)  # an RDD of rows: no estimate
+    spark.conf.unset(IN_PROCESS_SOURCE_BYTES)
+    try:
+        assert collect_small_source(known) == arrow
+        assert collect_small_source(unknown) is None
+    finally:
+        spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")
+    assert collect_small_source(known) is None  # 0: every DataFrame on Spark
+
+    def run(source: Any, limit: int, clauses: Clauses) -> DeltaMergeBuilder:
+        uri = str(tmp_path / f"t{len(list(tmp_path.iterdir()))}")
+        shutil.copytree(base_table, uri)
+        builder = clauses(merge_delta(uri, source, "t.id = s.id"))
+        with in_process_sources(spark, limit):
+            builder.execute()
+        assert rows_of(uri) == rows_of(str(tmp_path / "t0")), "every run merges the same rows"
+        return builder
+
+    def upper(m: DeltaMergeBuilder) -> DeltaMergeBuilder:  # an expression the engine refuses
+        return m.when_matched_update({"value": "upper(s.value)"})
+
+    assert run(unknown, 1 << 20, upper).executor == "spark"
+    assert run(known, 1, upper).executor == "spark"  # above the limit
+    fallback = run(known, 1 << 20, upper)  # collected, refused by the engine, run on Spark
+    assert fallback.executor == "spark" and fallback.source_df is known
+    uri = str(tmp_path / "plain")
+    shutil.copytree(base_table, uri)
+    with in_process_sources(spark, 1 << 20):
+        merged = merge_delta(uri, known, "t.id = s.id").when_matched_update({"value": "s.value"})
+        merged.execute()
+    assert merged.executor == "in-process"
+    assert (2, "new2", "a") in rows_of(uri) and (2, "NEW2", "a") in rows_of(str(tmp_path / "t0"))
 
 
 def test_not_null_and_types(spark: SparkSession, tmp_path: Path) -> None:
