@@ -14,19 +14,22 @@ source file to the committed merge:
 * ours:      `merge_delta(p, pq.read_table(src), "t.id = s.id")
              .when_matched_update_all().when_not_matched_insert_all().execute()`: an Arrow
              source, which the engine merges in process (no Spark job; headline)
-* ours, Spark DataFrame source: the same with `spark.read.parquet(src)`, run on Spark
+* ours, Spark DataFrame source: the same with `spark.read.parquet(src)`, twice: as a local
+  session runs it by default (the 3 MB source is collected and merged in process), and with
+  the Spark conf `spark.airflow_delta.merge.inProcessSourceBytes=0`, on Spark's MERGE
 * deltalake: `DeltaTable(p).merge(source=pq.read_table(src), predicate="t.id = s.id",
              source_alias="s", target_alias="t").when_matched_update_all()
              .when_not_matched_insert_all().execute()` (defaults: streamed_exec=True)
 
 Each repetition of each system runs in a fresh process. Not timed: imports, a warm-up merge of
 the same kind on a tiny scratch table (both systems), and for the Spark merge Spark's start, one
-tiny job and a tiny warm-up Spark merge. Timed (headline): the first full merge after that; each
-child then merges a second fresh copy of the target ("merge, 2nd in the process"). Ours then
-starts Spark and merges a third copy from a Spark DataFrame, with its time split into phases by
-wrapping the Spark merge's private steps (`_find_touched_files`, `write_files`, `_commit`; the
-rest is snapshot load, planning, the source row count and the metrics). Its ratio is against
-deltalake's first merge.
+tiny job and a tiny warm-up merge of each kind. Timed (headline): the first full merge after
+that; each child then merges a second fresh copy of the target ("merge, 2nd in the process").
+Ours then starts Spark and merges a third copy from a Spark DataFrame (collected, in process),
+and a fourth on Spark's MERGE, with its time split into phases by wrapping the Spark merge's
+private steps (`_find_touched_files`, `write_files`, `_commit`; the rest is snapshot load,
+planning, the source row count and the metrics). Their ratios are against deltalake's first
+merge.
 
 Checks: each child reads its merged tables back with its own reader (2.1M rows) and its merge
 metrics (100k updated, 100k inserted); after the last repetition deltalake reads both merged
@@ -57,8 +60,9 @@ MATCH_STRIDE = 20
 MATCH_OFFSET = 7
 CONDITION = "t.id = s.id"
 #: (metric key prefix, table directory) of the merges the children time, on fresh copies: the
-#: first two by `ours` and `deltalake`, the last by `ours-spark` (a Spark DataFrame source).
-RUNS = (("", "table"), ("2nd:", "table2"), ("spark:", "table3"))
+#: first two by `ours` and `deltalake`, the last two by `ours-spark` (a Spark DataFrame source,
+#: merged as a local session does by default, then on Spark's MERGE).
+RUNS = (("", "table"), ("2nd:", "table2"), ("spark:", "table3"), ("onspark:", "table4"))
 MAX_REPS = 3
 #: `bench/prof.py` is not wired for this benchmark: see the phase metrics of the Spark merge.
 PROFILE = False
@@ -184,7 +188,9 @@ def _ours(path: str) -> dict:
 
 
 def _ours_spark(path: str) -> dict:
-    """Ours with a Spark DataFrame source: merged on Spark (a separate child: a JVM per run)."""
+    """Ours with a Spark DataFrame source (a separate child: a JVM per run), twice: as a local
+    session runs it by default (the small source collected and merged in process), then with
+    `IN_PROCESS_SOURCE_BYTES=0`, on Spark's MERGE (what a cluster runs), timed by phase."""
     import airflow_delta.spark.merge as merge_module
     from airflow_delta.spark import merge_delta, read_delta, write_delta
     from bench.spark_util import PhaseTimer, start_spark
@@ -193,40 +199,41 @@ def _ours_spark(path: str) -> dict:
     sample: dict = {"checks": []}
     spark, started = start_spark()
     sample["spark:start"] = started
-    spark_warm = str(run / "warmup-spark")
-    write_delta(target_frame(spark, 1000, 2), spark_warm)
+
+    def merge(table: str, source: object) -> tuple[dict, str]:
+        builder = merge_delta(table, source, CONDITION)
+        metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute()
+        return metrics, builder.executor
+
     warm_source = spark.range(900, 1100).selectExpr(
         "id", "concat('upd-', cast(id as string)) as name", "cast(id as double) as value"
     )
-    (
-        merge_delta(spark_warm, warm_source, CONDITION)
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .execute()
-    )
-    phases = PhaseTimer()
-    builder = merge_module.DeltaMergeBuilder
-    phases.wrap(builder, "_find_touched_files", "find touched files")
-    phases.wrap(merge_module, "write_files", "write files")
-    phases.wrap(builder, "_commit", "commit")
-    key, name = RUNS[2]
-    table = str(run / name)
-    t0 = perf_counter()
-    source = spark.read.parquet(str(source_path()))
-    metrics = (
-        merge_delta(table, source, CONDITION)
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .execute()
-    )
-    t1 = perf_counter()
-    sample[key + "merge"] = t1 - t0
-    if len(phases.seconds) == 3:
-        sample[key + "phase_rest"] = t1 - t0 - sum(phases.seconds.values())
-        for phase, seconds in phases.seconds.items():
-            sample[f"{key}phase:{phase}"] = seconds
-    sample["checks"].append(_merge_check(table, metrics))
-    phases.restore()
+    for limit in ("", "0"):  # warm both paths
+        spark.conf.set(merge_module.IN_PROCESS_SOURCE_BYTES, limit or "67108864")
+        warm = str(run / f"warmup-spark{limit}")
+        write_delta(target_frame(spark, 1000, 2), warm)
+        merge(warm, warm_source)
+    spark.conf.unset(merge_module.IN_PROCESS_SOURCE_BYTES)
+    for (key, name), limit in zip(RUNS[2:], (None, "0"), strict=True):
+        phases = PhaseTimer()
+        if limit is not None:
+            spark.conf.set(merge_module.IN_PROCESS_SOURCE_BYTES, limit)
+            builder = merge_module.DeltaMergeBuilder
+            phases.wrap(builder, "_find_touched_files", "find touched files")
+            phases.wrap(merge_module, "write_files", "write files")
+            phases.wrap(builder, "_commit", "commit")
+        table = str(run / name)
+        t0 = perf_counter()
+        metrics, executor = merge(table, spark.read.parquet(str(source_path())))
+        t1 = perf_counter()
+        sample[key + "merge"] = t1 - t0
+        sample[key + "executor"] = executor
+        if len(phases.seconds) == 3:
+            sample[key + "phase_rest"] = t1 - t0 - sum(phases.seconds.values())
+            for phase, seconds in phases.seconds.items():
+                sample[f"{key}phase:{phase}"] = seconds
+        sample["checks"].append(_merge_check(table, metrics))
+        phases.restore()
     for check in sample["checks"]:
         check["rows"] = read_delta(spark, check.pop("table")).count()
     spark.stop()
@@ -297,11 +304,12 @@ CHILD_TASKS = {
 _METRICS = {
     "merge": HEADLINE,
     "2nd:merge": "merge, 2nd in the process",
-    "spark:merge": "merge, Spark DataFrame source",
-    "spark:phase:find touched files": "Spark: find touched files (join)",
-    "spark:phase:write files": "Spark: write files (rewrite+insert)",
-    "spark:phase:commit": "Spark: commit",
-    "spark:phase_rest": "Spark: rest (load, plan, counts)",
+    "spark:merge": "merge, DataFrame source (local: in process)",
+    "onspark:merge": "merge, DataFrame source on Spark",
+    "onspark:phase:find touched files": "Spark: find touched files (join)",
+    "onspark:phase:write files": "Spark: write files (rewrite+insert)",
+    "onspark:phase:commit": "Spark: commit",
+    "onspark:phase_rest": "Spark: rest (load, plan, counts)",
     "spark:start": "Spark: start + tiny job (not timed)",
     "start": "import (not timed)",
 }
@@ -404,8 +412,11 @@ def run(reps: int = 3):
             path = _fresh_run_dir(original, f"b6-{task}", RUNS[2:] if "spark" in task else RUNS[:2])
             sample = run_child("b6_merge", task, path, timeout=CHILD_TIMEOUT)
             _check(task, sample)
+            ran = (sample.get("spark:executor"), sample.get("onspark:executor"))
+            if task == "ours-spark" and ran != ("in-process", "spark"):
+                raise RuntimeError(f"B6 {task}: the DataFrame merges ran {ran}")
             if task == "deltalake":  # the Spark-source merge is compared with the same merge
-                sample["spark:merge"] = sample["merge"]
+                sample["spark:merge"] = sample["onspark:merge"] = sample["merge"]
             record(result, system, sample, _METRICS)
             rss.setdefault(task, []).append(sample["maxrss_mb"])
             first = sample["checks"][0]
