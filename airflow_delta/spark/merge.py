@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.types import StructField
 
 from airflow_delta.engine import CommitProperties, OptimisticTransaction
@@ -398,6 +399,22 @@ def merge_delta(
 
 # -- helpers -----------------------------------------------------------------------------------
 
+#: Source column types whose values `toArrow()` keeps as Spark compares and stores them
+#: (timestamps are converted through the session time zone: they stay on Spark).
+_COLLECTED_TYPES = (
+    T.BooleanType,
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.FloatType,
+    T.DoubleType,
+    T.DecimalType,
+    T.StringType,
+    T.BinaryType,
+    T.DateType,
+)
+
 #: Spark conf: the largest DataFrame source, by Spark's estimate of its size in bytes, that a
 #: MERGE on a local session collects to run in process; 0 keeps every DataFrame MERGE on Spark.
 IN_PROCESS_SOURCE_BYTES = "spark.airflow_delta.merge.inProcessSourceBytes"
@@ -411,7 +428,7 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
     executors run on, and only when Spark's estimate of the source's size (its optimized plan's
     statistics) is at most `IN_PROCESS_SOURCE_BYTES`. Collecting evaluates the source once; a
     MERGE on Spark evaluates it several times. Column names equal but for case stay on Spark,
-    which resolves them.
+    which resolves them, and so do sources with columns of other types than `_COLLECTED_TYPES`.
     """
     if type(df).__module__.startswith("pyspark.sql.connect"):
         return None
@@ -421,6 +438,8 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
         return None
     names = {c.lower() for c in df.columns}
     if len(names) != len(df.columns):
+        return None
+    if not all(isinstance(f.dataType, _COLLECTED_TYPES) for f in df.schema.fields):
         return None
     estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     return df.toArrow() if estimate <= limit else None

@@ -237,10 +237,14 @@ def test_which_dataframe_sources_run_in_process(
     arrow = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in SOURCE], SCHEMA)
     known = spark.createDataFrame(arrow)  # a LocalRelation: Spark's estimate is its size
     unknown = spark.createDataFrame(SOURCE, DDL)  # an RDD of rows: no estimate
+    stamped = spark.createDataFrame(  # toArrow() shifts timestamps by the session time zone
+        arrow.append_column("at", pa.array([None] * len(SOURCE), pa.timestamp("us")))
+    )
     spark.conf.unset(IN_PROCESS_SOURCE_BYTES)
     try:
         assert collect_small_source(known) == arrow
         assert collect_small_source(unknown) is None
+        assert collect_small_source(stamped) is None
     finally:
         spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")
     assert collect_small_source(known) is None  # 0: every DataFrame on Spark
