@@ -65,7 +65,7 @@ from airflow_delta.engine.merge import (
     arrow_table,
 )
 from airflow_delta.spark.read import _TableLayout, scan_files
-from airflow_delta.spark.write import write_files
+from airflow_delta.spark.write import _NUMERIC_ORDER, write_files
 
 __all__ = [
     "DeltaMergeBuilder",
@@ -402,17 +402,8 @@ def merge_delta(
 #: Source column types whose values `toArrow()` keeps as Spark compares and stores them
 #: (timestamps are converted through the session time zone: they stay on Spark).
 _COLLECTED_TYPES = (
-    T.BooleanType,
-    T.ByteType,
-    T.ShortType,
-    T.IntegerType,
-    T.LongType,
-    T.FloatType,
-    T.DoubleType,
-    T.DecimalType,
-    T.StringType,
-    T.BinaryType,
-    T.DateType,
+    *_NUMERIC_ORDER,
+    *(T.DecimalType, T.BooleanType, T.StringType, T.BinaryType, T.DateType),
 )
 
 #: Spark conf: the largest DataFrame source, by Spark's estimate of its size in bytes, that a
