@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.log_json import parse_json
 
 JsonDict = dict[str, Any]
 
@@ -312,7 +313,7 @@ class AddFile(Action):
     @property
     def parsed_stats(self) -> JsonDict:
         """The stats JSON parsed (empty when the file has no stats)."""
-        return json.loads(self.stats) if self.stats else {}
+        return parse_json(self.stats, f"stats of {self.path}") if self.stats else {}
 
     @property
     def num_records(self) -> int | None:
@@ -608,10 +609,7 @@ def iter_log_lines(data: bytes, source: str) -> Iterator[tuple[int, str, Any]]:
     for lineno, line in enumerate(data.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            wrapper = json.loads(line)
-        except ValueError as exc:
-            raise CorruptLogError(f"{source}: line {lineno} is not valid JSON ({exc})") from None
+        wrapper = parse_json(line, f"{source}: line {lineno}")
         if not isinstance(wrapper, dict):
             raise CorruptLogError(f"{source}: line {lineno} is not a JSON object")
         for name, body in wrapper.items():

@@ -1,15 +1,24 @@
-"""Typed access to the `delta.*` table properties this engine acts on (Delta's DeltaConfigs)."""
+"""Typed access to the `delta.*` table properties this engine acts on (Delta's DeltaConfigs).
+
+Every property is parsed strictly: a value Delta would refuse (an interval with months or
+garbage, a negative retention, a checkpoint interval that is not a positive integer, a boolean
+that is neither true nor false) raises `InvalidTablePropertyError` naming the property, the
+value and the accepted form. `TableConfig.validate()` checks them all at once; a transaction
+calls it before it writes a commit file, so a bad value never fails a commit after it landed.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.errors import InvalidTablePropertyError
 
 DEFAULT_CHECKPOINT_INTERVAL = 10
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 DEFAULT_LOG_RETENTION = "interval 30 days"
+ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
 
 _UNIT_MS = {
     "microsecond": 0.001,
@@ -20,59 +29,121 @@ _UNIT_MS = {
     "day": 86_400_000,
     "week": 7 * 86_400_000,
 }
-_INTERVAL_PART = re.compile(r"(-?\d+)\s*([a-z]+?)s?\b")
+_INTERVAL = re.compile(r"(?:interval\s+)?((?:[+-]?\d+\s+[a-z]+\s*)+)")
+_INTERVAL_PART = re.compile(r"([+-]?\d+)\s+([a-z]+)")
+_INTERVAL_FORM = "an interval such as 'interval 7 days' or 'interval 2 days 3 hours'"
 
 
-def parse_interval_ms(text: str) -> int:
-    """Milliseconds of a Delta interval such as `interval 1 week` or `interval 2 days 3 hours`."""
-    body = text.strip().lower()
-    body = body.removeprefix("interval").strip()
-    parts = _INTERVAL_PART.findall(body)
-    if not parts or any(unit not in _UNIT_MS for _, unit in parts):
-        raise CorruptLogError(
-            f"cannot parse the interval {text!r} (expected e.g. 'interval 7 days')"
+def parse_interval_ms(text: str, key: str = "interval") -> int:
+    """Milliseconds of a Delta interval such as `interval 1 week` or `interval 2 days 3 hours`.
+
+    >>> parse_interval_ms("interval 2 days 3 hours")
+    183600000
+    """
+    body = str(text).strip().lower()
+    match = _INTERVAL.fullmatch(body)
+    total = 0.0
+    if match:
+        for number, unit in _INTERVAL_PART.findall(match[1]):
+            unit = unit.removesuffix("s")
+            if unit not in _UNIT_MS:
+                match = None
+                break
+            total += int(number) * _UNIT_MS[unit]
+    if not match:
+        raise InvalidTablePropertyError(
+            f"Table property {key}={text!r} cannot be parsed: expected {_INTERVAL_FORM} "
+            f"(units: {', '.join(_UNIT_MS)}; months and years are not accepted)."
         )
-    return int(sum(int(n) * _UNIT_MS[unit] for n, unit in parts))
+    return int(total)
+
+
+def _non_negative_interval(conf: Mapping[str, str], key: str, default: str) -> int:
+    value = conf.get(key, default)
+    ms = parse_interval_ms(value, key)
+    if ms < 0:
+        raise InvalidTablePropertyError(
+            f"Table property {key}={value!r} is negative: it must be at least 0 "
+            f"({_INTERVAL_FORM}). Set it with ALTER TABLE ... SET TBLPROPERTIES."
+        )
+    return ms
 
 
 def _bool(conf: Mapping[str, str], key: str, default: bool = False) -> bool:
     value = conf.get(key)
-    return default if value is None else str(value).strip().lower() == "true"
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidTablePropertyError(
+            f"Table property {key}={value!r} is not a boolean: use 'true' or 'false'."
+        )
+    return text == "true"
 
 
 class TableConfig:
     """The table properties of a Metadata action, parsed."""
 
-    def __init__(self, configuration: Mapping[str, str]) -> None:
+    def __init__(self, configuration: Mapping[str, str], table: str = "") -> None:
         self.configuration = dict(configuration)
+        self.table = table
+
+    def validate(self) -> TableConfig:
+        """Parse every property this engine uses; InvalidTablePropertyError on the first bad
+        one, naming the table. Returns self."""
+        getters: list[Callable[[], Any]] = [
+            lambda: self.checkpoint_interval,
+            lambda: self.deleted_file_retention_ms,
+            lambda: self.log_retention_ms,
+            lambda: self.set_transaction_retention_ms,
+            lambda: self.enable_expired_log_cleanup,
+            lambda: self.append_only,
+            lambda: self.in_commit_timestamps_enabled,
+            lambda: self.in_commit_timestamp_enablement_version,
+            lambda: self.symlink_manifest_enabled,
+            lambda: self.isolation_level,
+        ]
+        for get in getters:
+            try:
+                get()
+            except InvalidTablePropertyError as exc:
+                where = f"Table {self.table}: " if self.table else ""
+                raise InvalidTablePropertyError(f"{where}{exc}") from None
+        return self
 
     @property
     def checkpoint_interval(self) -> int:
         """`delta.checkpointInterval`: commits between automatic checkpoints (default 10)."""
-        value = int(self.configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
-        return max(value, 1)
+        key = "delta.checkpointInterval"
+        value = self.configuration.get(key, str(DEFAULT_CHECKPOINT_INTERVAL))
+        text = str(value).strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise InvalidTablePropertyError(
+                f"Table property {key}={value!r} must be a positive integer, such as '10'."
+            )
+        return int(text)
 
     @property
     def deleted_file_retention_ms(self) -> int:
         """`delta.deletedFileRetentionDuration`: how long tombstones are kept (default 1 week)."""
-        return parse_interval_ms(
-            self.configuration.get(
-                "delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION
-            )
+        return _non_negative_interval(
+            self.configuration, "delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION
         )
 
     @property
     def set_transaction_retention_ms(self) -> int | None:
         """`delta.setTransactionRetentionDuration`: how long app transactions (`txn`) are kept
         after their `lastUpdated`; None (the default) keeps them forever."""
-        value = self.configuration.get("delta.setTransactionRetentionDuration")
-        return parse_interval_ms(value) if value else None
+        key = "delta.setTransactionRetentionDuration"
+        if not self.configuration.get(key):
+            return None
+        return _non_negative_interval(self.configuration, key, "")
 
     @property
     def log_retention_ms(self) -> int:
         """`delta.logRetentionDuration`: how long commit files are kept (default 30 days)."""
-        return parse_interval_ms(
-            self.configuration.get("delta.logRetentionDuration", DEFAULT_LOG_RETENTION)
+        return _non_negative_interval(
+            self.configuration, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION
         )
 
     @property
@@ -89,8 +160,15 @@ class TableConfig:
 
     @property
     def in_commit_timestamp_enablement_version(self) -> int | None:
-        value = self.configuration.get("delta.inCommitTimestampEnablementVersion")
-        return None if value is None else int(value)
+        key = "delta.inCommitTimestampEnablementVersion"
+        value = self.configuration.get(key)
+        if value is None:
+            return None
+        if not str(value).strip().isdigit():
+            raise InvalidTablePropertyError(
+                f"Table property {key}={value!r} must be a version number (an integer >= 0)."
+            )
+        return int(str(value).strip())
 
     @property
     def symlink_manifest_enabled(self) -> bool:
@@ -98,4 +176,11 @@ class TableConfig:
 
     @property
     def isolation_level(self) -> str | None:
-        return self.configuration.get("delta.isolationLevel")
+        key = "delta.isolationLevel"
+        value = self.configuration.get(key)
+        if value is not None and value.strip().lower() not in {v.lower() for v in ISOLATION_LEVELS}:
+            raise InvalidTablePropertyError(
+                f"Table property {key}={value!r} is not an isolation level: use one of "
+                f"{', '.join(ISOLATION_LEVELS)}."
+            )
+        return value

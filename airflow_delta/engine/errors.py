@@ -80,3 +80,13 @@ class ConstraintViolationError(DeltaError):
         super().__init__(message)
         self.constraint = constraint
         self.expression = expression
+
+
+class InvalidTablePropertyError(InvalidCommitError):
+    """A `delta.*` table property this engine acts on has a value it cannot accept (checked
+    before any commit file is written)."""
+
+
+class StaleCommitError(DeltaConcurrentModificationException):
+    """A commit landed at a version whose predecessors expired-log cleanup had removed: no
+    reader would ever see it, so it was withdrawn; retry on a fresh snapshot."""

@@ -21,10 +21,11 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import stat
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -34,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from airflow_delta.engine.errors import UnsupportedStorageError
+from airflow_delta.engine.errors import CorruptLogError, UnsupportedStorageError
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,20 @@ _AWS_REGION_KEYS = ("AWS_REGION", "AWS_DEFAULT_REGION")
 # Accepted and consumed: s3fs speaks whatever scheme the endpoint URL names.
 _AWS_CONSUMED_KEYS = ("AWS_ALLOW_HTTP",)
 
+#: Keys per DeleteObjects request (S3 takes at most 1000).
+DELETE_BATCH = 1000
 # Largest body S3 takes in one PUT; below it s3fs never switches to a multipart upload.
 _MAX_SINGLE_PUT = 5 * 2**30
 _memory_lock = threading.Lock()
+
+
+def _reset_memory_lock() -> None:
+    """In a forked child: a fresh lock (one held by a parent thread would never be released)."""
+    global _memory_lock
+    _memory_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_memory_lock)
 
 
 @dataclass(frozen=True)
@@ -90,8 +102,9 @@ class LogStore(ABC):
         directory is missing."""
 
     @abstractmethod
-    def read(self, path: str) -> bytes:
-        """The whole content of `path`; FileNotFoundError if it is missing."""
+    def read(self, path: str, max_size: int | None = None) -> bytes:
+        """The whole content of the regular file `path`; FileNotFoundError if it is missing,
+        CorruptLogError if it is not a regular file or holds more than `max_size` bytes."""
 
     @abstractmethod
     def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
@@ -121,6 +134,25 @@ class LogStore(ABC):
     @abstractmethod
     def delete(self, path: str) -> None:
         """Remove `path`; a missing file is not an error."""
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Remove each of `paths`, taken literally (never as a pattern); missing files are fine.
+
+        Every delete of a table's files goes through here or `delete`: fsspec's `rm` expands
+        `*`, `?` and `[...]`, so a key holding them could delete other files.
+        """
+        for path in paths:
+            self.delete(path)
+
+    def list_recursive(self, root: str) -> Iterator[FileStatus]:
+        """Every file under the directory `root`, at any depth, with `name` its path relative
+        to `root`. Symbolic links are not followed."""
+        prefix = root.rstrip("/") + "/"
+        self.fs.invalidate_cache(root)
+        for path, info in self.fs.find(root, detail=True).items():
+            if info.get("type") == "file" and path.startswith(prefix):
+                size = int(info.get("size") or 0)
+                yield FileStatus(path, path[len(prefix) :], size, info_mtime_ms(self.fs, info))
 
     def join(self, *parts: str) -> str:
         """Join path parts with `/`."""
@@ -153,9 +185,20 @@ class LocalLogStore(LogStore):
         out.sort(key=lambda f: f.name)
         return out
 
-    def read(self, path: str) -> bytes:
-        """The whole content of `path`."""
-        with open(path, "rb") as f:
+    def read(self, path: str, max_size: int | None = None) -> bytes:
+        """The whole content of the regular file `path`.
+
+        Opened without blocking and checked before reading: a FIFO or a device under a log
+        name would otherwise hang the reader or exhaust its memory.
+        """
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(path)
+                raise CorruptLogError(f"{path} is not a regular file; a log file must be one")
+            _check_size(path, st.st_size, max_size)
             return f.read()
 
     def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
@@ -208,6 +251,26 @@ class LocalLogStore(LogStore):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
+    def list_recursive(self, root: str) -> Iterator[FileStatus]:
+        """Every regular file under `root` (symbolic links neither followed nor listed)."""
+        stack = [root]
+        while stack:
+            directory = stack.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        name = entry.path[len(root) + 1 :]
+                        yield FileStatus(entry.path, name, st.st_size, st.st_mtime_ns // 10**6)
+                except FileNotFoundError:  # removed since the directory was read
+                    continue
+
     def join(self, *parts: str) -> str:
         """Join with the OS path separator."""
         head, *tail = parts
@@ -237,9 +300,13 @@ class FsspecLogStore(LogStore):
         out.sort(key=lambda f: f.name)
         return out
 
-    def read(self, path: str) -> bytes:
-        """The whole content of `path`."""
-        return self.fs.cat_file(path)
+    def read(self, path: str, max_size: int | None = None) -> bytes:
+        """The whole content of `path` (at most `max_size` + 1 bytes are fetched)."""
+        if max_size is None:
+            return self.fs.cat_file(path)
+        data = self.fs.cat_file(path, start=0, end=max_size + 1)
+        _check_size(path, len(data), max_size)
+        return data
 
     def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
         """Replace `path`; a put-if-absent raises UnsupportedStorageError."""
@@ -325,6 +392,55 @@ class S3LogStore(FsspecLogStore):
         out.sort(key=lambda f: f.name)
         return out
 
+    def list_recursive(self, root: str) -> Iterator[FileStatus]:
+        """Every object whose key starts with `root/`: one flat `ListObjectsV2` per page, keys
+        taken literally (`a//b` and `x[1]` are keys like any other)."""
+        bucket, key, _ = self.fs.split_path(root)
+        prefix = key.strip("/") + "/" if key.strip("/") else ""
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": self.page_size}
+        while True:
+            try:
+                page = self.fs.call_s3("list_objects_v2", **kwargs)
+            except FileNotFoundError:  # no such bucket
+                return
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(prefix) :]
+                if name:
+                    path = f"{bucket}/{obj['Key']}"
+                    yield FileStatus(path, name, obj["Size"], _to_ms(obj["LastModified"]))
+            if not page.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def delete(self, path: str) -> None:
+        """Remove the object `path` (one DeleteObject of that literal key)."""
+        self.delete_many([path])
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Remove the objects `paths` by literal key, up to 1,000 per DeleteObjects request.
+
+        A key S3 reports it could not delete raises OSError naming it.
+        """
+        by_bucket: dict[str, list[str]] = {}
+        for path in paths:
+            bucket, key, _ = self.fs.split_path(path)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), DELETE_BATCH):
+                objects = [{"Key": k} for k in keys[start : start + DELETE_BATCH]]
+                out = self.fs.call_s3(
+                    "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
+                )
+                errors = out.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise OSError(
+                        f"S3 could not delete {len(errors)} objects of bucket {bucket}, e.g. "
+                        f"{first.get('Key')!r}: {first.get('Code')} {first.get('Message')}"
+                    )
+        for path in paths:
+            self.fs.invalidate_cache(path)
+
     def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
         """One single-part PUT; with `overwrite=False` conditional on `If-None-Match: *`.
 
@@ -339,6 +455,13 @@ class S3LogStore(FsspecLogStore):
         except FileExistsError:
             if self.fs.cat_file(path) != data:
                 raise
+
+
+def _check_size(path: str, size: int, max_size: int | None) -> None:
+    if max_size is not None and size > max_size:
+        raise CorruptLogError(
+            f"{path} holds more than {max_size} bytes, more than such a log file can be"
+        )
 
 
 def get_log_store(

@@ -14,13 +14,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from airflow_delta.engine import filenames
 from airflow_delta.engine.actions import Action, AddFile, RemoveFile
 from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import DeltaProtocolError
 from airflow_delta.engine.log_store import LocalLogStore
+from airflow_delta.engine.paths import FileLocation, resolve_path, table_root
 from airflow_delta.engine.schema import partition_path
 from airflow_delta.engine.snapshot import complete_checkpoints
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from airflow_delta.engine.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
 
 
 class PostCommitHook:
@@ -204,30 +207,16 @@ def check_manifest_support(snapshot: Snapshot) -> None:
 
 def table_root_uri(delta_log: DeltaLog) -> str:
     """The table root as the URI manifests use: `file:/abs/path`, `s3://bucket/key`, ..."""
-    store, path = delta_log.store, delta_log.table_path
-    if isinstance(store, LocalLogStore):
-        return f"file:{path}"
-    scheme = delta_log.table_uri.split("://", 1)[0].lower()
-    if scheme in ("s3", "s3a"):
-        return f"{scheme}://{path}"
-    return store.fs.unstrip_protocol(path)
+    return table_root(delta_log.table_uri, delta_log.table_path).uri
 
 
 def absolute_file_uri(root_uri: str, path: str) -> str:
-    """The absolute URI of a data file whose log `path` is relative (URL-encoded) or absolute.
-
-    Percent-escapes are decoded, as Hadoop's `Path.toString` shows them:
-    `b=x%253Dy/f.parquet` under `file:/t` is `file:/t/b=x%3Dy/f.parquet`.
+    """The absolute URI of a data file whose log `path` is relative (URL-encoded) or absolute,
+    resolved by `resolve_path`. Percent-escapes are decoded, as Hadoop's `Path.toString` shows
+    them: `b=x%253Dy/f.parquet` under `file:/t` is `file:/t/b=x%3Dy/f.parquet`.
     """
-    parts = urlsplit(path)
-    if parts.scheme:
-        authority = f"//{parts.netloc}" if parts.netloc else ""
-        return f"{parts.scheme}:{authority}{unquote(parts.path)}"
-    if path.startswith("/"):
-        root = urlsplit(root_uri)
-        authority = f"//{root.netloc}" if root.netloc else ""
-        return f"{root.scheme}:{authority}{unquote(path)}"
-    return f"{root_uri}/{unquote(path)}"
+    root = resolve_path(FileLocation("file", "", "/"), root_uri)
+    return resolve_path(root, path).uri
 
 
 def _partition_dir(values: Mapping[str, str | None], columns: Sequence[str]) -> str:
@@ -287,12 +276,11 @@ def _manifest_path(delta_log: DeltaLog, partition_dir: str) -> str:
 def _existing_manifests(delta_log: DeltaLog) -> list[str]:
     """The partition dirs that hold a manifest now."""
     root = delta_log.store.join(delta_log.table_path, MANIFEST_LOCATION)
-    prefix = f"{root}/"
-    found = []
-    for path in delta_log.store.fs.find(root):
-        if path.startswith(prefix) and path.rsplit("/", 1)[-1] == MANIFEST_NAME:
-            found.append(path[len(prefix) :].rpartition("/")[0])
-    return found
+    return [
+        f.name.rpartition("/")[0]
+        for f in delta_log.store.list_recursive(root)
+        if f.name.rsplit("/", 1)[-1] == MANIFEST_NAME
+    ]
 
 
 def _write_manifests(delta_log: DeltaLog, contents: Mapping[str, bytes]) -> list[str]:
@@ -360,8 +348,11 @@ def cleanup_expired_logs(
 ) -> list[str]:
     """Delete expired commit, checksum, checkpoint and compaction files; their names.
 
-    A file goes when its modification time is older than `delta.logRetentionDuration` (of
-    `snapshot`, default the latest; 30 days unless set) AND its version is below the boundary:
+    A file goes when its modification time is before the cutoff AND its version is below the
+    boundary. The cutoff is `delta.logRetentionDuration` (of `snapshot`, default the latest; 30
+    days unless set) before now, truncated to the start of that day as Delta does, so a
+    writer's snapshot has at least a whole retention period before the commits after it can
+    go (a writer that lags further is stopped by its commit's stale check). The boundary is
     the newest complete checkpoint at or below the oldest commit still within retention (the
     newest checkpoint when every commit has expired). Every version from the boundary on keeps
     its checkpoint and the commits after it, so it stays readable; nothing is deleted when the
@@ -375,11 +366,20 @@ def cleanup_expired_logs(
     return _cleanup_expired_logs(delta_log, snapshot.config, now_ms)
 
 
+def truncate_day(epoch_ms: int) -> int:
+    """The start (UTC midnight) of the day of `epoch_ms`.
+
+    >>> truncate_day(86_400_000 + 5)
+    86400000
+    """
+    return epoch_ms - epoch_ms % DAY_MS
+
+
 def _cleanup_expired_logs(
     delta_log: DeltaLog, config: TableConfig, now_ms: int | None
 ) -> list[str]:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    cutoff = now_ms - config.log_retention_ms
+    cutoff = truncate_day(now_ms - config.log_retention_ms)
     listing = delta_log.store.list_from(delta_log.log_path)
     parsed = [(p, f) for f in listing if (p := filenames.parse_log_file_name(f.name))]
     commits = [p.version for p, _ in parsed if p.kind == "commit"]
@@ -395,8 +395,7 @@ def _cleanup_expired_logs(
         if (p.end_version if p.kind == "compaction" else p.version) < boundary  # type: ignore[operator]
         and f.modification_time < cutoff
     ]
-    for f in expired:  # in name order: oldest versions first
-        delta_log.store.delete(f.path)
+    delta_log.store.delete_many([f.path for f in expired])  # in name order: oldest first
     log.info(
         "Deleted %s expired log files of table %s (versions below %s, older than %s ms)",
         len(expired),

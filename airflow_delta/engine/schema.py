@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from airflow_delta.engine.columnar import contiguous, scalar
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
+from airflow_delta.engine.log_json import parse_json
 
 DELTA_METADATA_KEY = b"delta.metadata"
 """The pyarrow field metadata key holding the Delta field's `metadata` object as JSON."""
@@ -120,12 +121,7 @@ def _decimal_type(precision: int, scale: int) -> pa.Decimal128Type | None:
 def schema_from_json(schema_string: str | dict) -> pa.Schema:
     """The pyarrow schema of a Delta `schemaString` (a JSON text or its parsed object)."""
     if isinstance(schema_string, str):
-        try:
-            schema_string = json.loads(schema_string)
-        except ValueError as exc:
-            raise CorruptLogError(
-                f"schemaString is not valid JSON ({exc}): {_shown(schema_string)}"
-            ) from exc
+        schema_string = parse_json(schema_string, f"schemaString {_shown(schema_string)}")
     if not isinstance(schema_string, dict) or schema_string.get("type") != "struct":
         raise CorruptLogError(f"schemaString is not a struct type: {_shown(schema_string)}")
     return pa.schema(_fields_from_json(schema_string))

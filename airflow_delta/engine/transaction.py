@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -52,6 +53,7 @@ from airflow_delta.engine.errors import (
     CommitFailedError,
     DeltaProtocolError,
     InvalidCommitError,
+    StaleCommitError,
 )
 from airflow_delta.engine.features import (
     PROPERTY_FEATURES,
@@ -85,6 +87,17 @@ ENGINE_INFO = f"airflow-delta/{__version__}"
 _INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
 _commit_locks: dict[str, threading.Lock] = {}
 _commit_locks_guard = threading.Lock()
+
+
+def _reset_commit_locks() -> None:
+    """In a forked child: fresh locks. A lock held by another thread of the parent at the
+    fork would stay held forever in the child (Airflow's executors fork)."""
+    global _commit_locks, _commit_locks_guard
+    _commit_locks = {}
+    _commit_locks_guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_commit_locks)
 
 
 @dataclass
@@ -303,7 +316,7 @@ class OptimisticTransaction:
         only_add_files = not any(isinstance(a, RemoveFile) for a in prepared)
         depends_on_files = bool(self.read_predicates or any(len(f) for f in self.read_files))
         is_blind_append = only_add_files and not depends_on_files
-        config = TableConfig(self.metadata.configuration)
+        config = TableConfig(self.metadata.configuration, self.table)  # validated in prepare
         has_file_actions = any(isinstance(a, AddFile | RemoveFile) for a in prepared)
         if config.symlink_manifest_enabled and has_file_actions:
             self.register_post_commit_hook(GenerateSymlinkManifest())
@@ -364,6 +377,9 @@ class OptimisticTransaction:
             )
         protocol = protocols[0] if protocols else self.snapshot.protocol
         metadata = metadatas[0] if metadatas else self.snapshot.metadata
+        # Every property the commit and its hooks act on is read now, before the commit file
+        # is written: a bad value must not fail a commit after its version landed.
+        TableConfig(metadata.configuration, self.table).validate()
         check_writer_support(protocol, self.table, metadata)
         self._check_file_actions(prepared, metadata)
         app_ids = [a.app_id for a in prepared if isinstance(a, SetTransaction)]
@@ -472,13 +488,62 @@ class OptimisticTransaction:
             self.delta_log.log_path, filenames.delta_file(attempt_version)
         )
         self.delta_log.store.write(path, data, overwrite=False)
+        self._check_not_stale(attempt_version, path)
+
+    def _check_not_stale(self, version: int, path: str) -> None:
+        """Withdraw commit `version` (just written at `path`) if no reader can ever see it.
+
+        Expired-log cleanup deletes commit files below a checkpoint. A writer whose snapshot
+        is older than that checkpoint finds the name of its next version free again, and its
+        put-if-absent succeeds below the checkpoint, where every reader starts after it. Such
+        a commit is recognised by its missing predecessor together with a checkpoint at or
+        above its version that is older than the commit file (one written later was built from
+        this commit, which is then visible). It is deleted again and StaleCommitError raised.
+        """
+        store = self.delta_log.store
+        if version == 0 or store.exists(
+            store.join(self.delta_log.log_path, filenames.delta_file(version - 1))
+        ):
+            return
+        listing = store.list_from(self.delta_log.log_path, filenames.version_prefix(version - 1))
+        name = filenames.delta_file(version)
+        written_at = next((f.modification_time for f in listing if f.name == name), None)
+        older_checkpoints = []
+        for f in listing:
+            parsed = filenames.parse_log_file_name(f.name)
+            if parsed is None or parsed.kind not in ("commit", "checkpoint"):
+                continue
+            if parsed.version == version - 1:
+                return  # the predecessor is there after all (a checkpoint of it)
+            if parsed.kind == "checkpoint" and parsed.version >= version and (
+                written_at is None or f.modification_time < written_at
+            ):
+                older_checkpoints.append(parsed.version)
+        if not older_checkpoints:
+            return
+        store.delete(path)
+        raise self._stale_error(version, min(older_checkpoints))
+
+    def _stale_error(self, version: int, checkpoint: int | None) -> StaleCommitError:
+        where = f" and a checkpoint at version {checkpoint}" if checkpoint is not None else ""
+        return StaleCommitError(
+            f"Table {self.table}: this transaction read version {self.read_version}, but the "
+            f"table has moved on{where} and expired-log cleanup removed the commit files after "
+            f"version {self.read_version}, so commit {version} could never be seen by a reader "
+            "and was withdrawn; nothing was committed. Retry the operation on a fresh snapshot "
+            "(an Airflow task retry does that). If writers often lag this far behind, raise "
+            "delta.logRetentionDuration."
+        )
 
     def _in_commit_timestamp(self, version: int) -> int:
         """Wall clock, but strictly after the previous commit's inCommitTimestamp."""
         now = int(time.time() * 1000)
         if version == 0:
             return now
-        previous = self.delta_log.commit_info(version - 1)
+        try:
+            previous = self.delta_log.commit_info(version - 1)
+        except FileNotFoundError:
+            raise self._stale_error(version, None) from None
         prev_ict = (previous.in_commit_timestamp if previous else None) or 0
         return max(now, prev_ict + 1)
 
@@ -512,7 +577,11 @@ class OptimisticTransaction:
         store = self.delta_log.store
         for version in range(check_version, next_version):
             path = store.join(self.delta_log.log_path, filenames.delta_file(version))
-            winner = WinningCommitSummary(version, parse_log_batch(store.read(path), path))
+            try:
+                data = store.read(path)
+            except FileNotFoundError:  # cleaned up before we could check it
+                raise self._stale_error(next_version, None) from None
+            winner = WinningCommitSummary(version, parse_log_batch(data, path))
             if winner.commit_info and winner.commit_info.info.get("txnId") == self.txn_id:
                 log.info("Commit %s of %s is this transaction's own attempt", version, self.table)
                 return -version - 1

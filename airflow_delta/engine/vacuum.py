@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
-import posixpath
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +28,8 @@ from airflow_delta.engine.features import (
     MAX_WRITER_VERSION,
     writer_features,
 )
-from airflow_delta.engine.log_store import LogStore, info_mtime_ms
+from airflow_delta.engine.log_store import LogStore
+from airflow_delta.engine.paths import FileLocation, relative_key, resolve_path, table_root
 from airflow_delta.engine.schema import escape_partition_value
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
-#: Files per delete request on object stores (S3 DeleteObjects takes at most 1000 keys).
-DELETE_BATCH = 1000
 #: Hidden-looking directories Delta still vacuums: change data files age out like data files.
 _VACUUMED_HIDDEN_DIRS = frozenset({"_change_data"})
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -119,7 +117,7 @@ def vacuum(
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     cutoff = now_ms - retention_ms
     store, root = delta_log.store, delta_log.table_path
-    referenced = _referenced(table, root, snapshot, cutoff)
+    referenced = _referenced(table, table_root(table, root), snapshot, cutoff)
     hidden = _hidden_name_test(snapshot.partition_columns)
     listed = 0
     doomed: list[_Listed] = []
@@ -129,7 +127,7 @@ def vacuum(
             doomed.append(f)
     doomed.sort(key=lambda f: f.relative)
     if not dry_run:
-        _delete(store, [f.path for f in doomed])
+        store.delete_many([f.path for f in doomed])
     size = sum(f.size for f in doomed)
     log.info(
         "Vacuum of table %s at version %s (retention %s hours, dry run %s): %s of %s files "
@@ -159,16 +157,15 @@ def _check_vacuum_support(snapshot: Snapshot) -> None:
         )
 
 
-def _referenced(table: str, root: str, snapshot: Snapshot, cutoff: int) -> set[str]:
-    """Root-relative paths of the active files, the tombstones removed at or after `cutoff`,
+def _referenced(table: str, root: FileLocation, snapshot: Snapshot, cutoff: int) -> set[str]:
+    """Root-relative keys of the active files, the tombstones removed at or after `cutoff`,
     and the deletion-vector files of both."""
     tombstones = snapshot.tombstones()
     removed_at = pc.fill_null(tombstones.field("deletionTimestamp"), scalar(0, pa.int64()))
     tombstones = tombstones.filter(pc.greater_equal(removed_at, scalar(cutoff, pa.int64())))
     referenced: set[str] = set()
     for files in (snapshot.files(), tombstones):
-        for path in files.field("path").to_pylist():
-            referenced.add(_relative(root, path))
+        referenced.update(referenced_keys(root, files.field("path")))
         dvs = files.field("deletionVector")
         if dvs.null_count != len(dvs):
             for dv in dvs.to_pylist():
@@ -181,23 +178,34 @@ def _referenced(table: str, root: str, snapshot: Snapshot, cutoff: int) -> set[s
                         "log entry first."
                     ) from None
                 if dv_path:
-                    referenced.add(_relative(root, dv_path))
+                    referenced.update(referenced_keys(root, pa.array([dv_path], pa.string())))
     return referenced
 
 
-def _relative(root: str, path: str) -> str:
-    """A log path relative to `root` (filesystem terms), `..` resolved.
+#: A log path that is its own root-relative key: relative, no escape, no dot or empty segment.
+_PLAIN_PATH = r"^[^/:%]([^%:]*[^/%:])?$"
+_ODD_SEGMENT = r"(^|/)\.{1,2}(/|$)|//"
 
-    Relative paths are URL-decoded; absolute URIs lose their scheme (`file:/a` -> `/a`,
-    `s3://bucket/key` -> `bucket/key`). A path outside the root keeps a leading `../` or its
-    absolute form, so it matches no listed file.
+
+def referenced_keys(root: FileLocation, paths: pa.Array) -> set[str]:
+    """The keys under `root` (relative, in its filesystem's terms) that the log `paths` name,
+    resolved by `resolve_path`. A path with an empty segment (`a//b`) protects both its literal
+    key and the key with the segment collapsed, which is the file Hadoop-based readers open.
+    Plain relative paths (most of them) are taken as they are, without per-path work.
     """
-    parts = urlsplit(path)
-    if not parts.scheme and not path.startswith("/"):
-        return posixpath.normpath(unquote(path))
-    absolute = posixpath.normpath(parts.netloc + unquote(parts.path))
-    prefix = root.rstrip("/") + "/"
-    return absolute[len(prefix) :] if absolute.startswith(prefix) else absolute
+    paths = paths.drop_null() if paths.null_count else paths
+    plain = pc.and_(
+        pc.match_substring_regex(paths, _PLAIN_PATH),
+        pc.invert(pc.match_substring_regex(paths, _ODD_SEGMENT)),
+    )
+    keys = set(paths.filter(plain).to_pylist())
+    for path in paths.filter(pc.invert(plain)).to_pylist():
+        location = resolve_path(root, path)
+        for candidate in {location, replace(location, path=re.sub("/{2,}", "/", location.path))}:
+            key = relative_key(root, candidate)
+            if key is not None:
+                keys.add(key)
+    return keys
 
 
 def deletion_vector_path(storage_type: str, path_or_inline_dv: str) -> str | None:
@@ -250,23 +258,6 @@ def _list_files(store: LogStore, root: str, hidden: Callable[[str], bool]) -> It
 
     Symbolic links are not followed: a link to a directory elsewhere is not a file here.
     """
-    prefix = root.rstrip("/") + "/"
-    store.fs.invalidate_cache(root)
-    for path, info in store.fs.find(root, detail=True).items():
-        if info.get("type") != "file" or not path.startswith(prefix):
-            continue
-        relative = path[len(prefix) :]
-        if not any(hidden(part) for part in relative.split("/")):
-            mtime = info_mtime_ms(store.fs, info)
-            yield _Listed(relative, path, int(info.get("size") or 0), mtime)
-
-
-def _delete(store: LogStore, paths: list[str]) -> None:
-    """Delete `paths` in batches (one request per batch on S3); a file already gone is fine."""
-    for start in range(0, len(paths), DELETE_BATCH):
-        batch = paths[start : start + DELETE_BATCH]
-        try:
-            store.fs.rm(batch)
-        except FileNotFoundError:
-            for path in batch:
-                store.delete(path)
+    for f in store.list_recursive(root):
+        if not any(hidden(part) for part in f.name.split("/")):
+            yield _Listed(f.name, f.path, f.size, f.modification_time)
