@@ -96,17 +96,6 @@ def _map(pairs: Any) -> dict[str, Any] | None:
     return None if pairs is None else dict(pairs)
 
 
-def _num_records(stats: str | None) -> int | None:
-    """`numRecords` of a file's stats JSON, or None when absent or unreadable."""
-    if not stats:
-        return None
-    try:
-        n = json.loads(stats).get("numRecords")
-    except (ValueError, AttributeError):
-        return None
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
-
-
 def _deletion_vector(dv: JsonDict | None) -> JsonDict | None:
     """A deletion vector descriptor in the log's JSON field names (unset fields left out)."""
     if dv is None:
@@ -153,18 +142,22 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_files(args: argparse.Namespace) -> int:
     """Print one JSON line per active file of the table at a version (latest by default)."""
+    from airflow_delta.engine.actions import stats_num_records
+
     snapshot = _delta_log(args).snapshot_at(version=args.version)
+    files = snapshot.files()
+    counts = stats_num_records(files.field("stats")).to_pylist()
     lines = [
         _dumps(
             {
                 "path": add["path"],
                 "partition_values": _map(add["partitionValues"]) or {},
                 "size": add["size"],
-                "num_records": _num_records(add["stats"]),
+                "num_records": n,
                 "deletion_vector": _deletion_vector(add["deletionVector"]),
             }
         )
-        for add in snapshot.files().to_pylist()
+        for add, n in zip(files.to_pylist(), counts, strict=True)
     ]
     _emit(lines)
     return 0

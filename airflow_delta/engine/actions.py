@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from airflow_delta.engine.columnar import array_from_pylist, scalar
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log_json import parse_json
 
@@ -772,3 +773,53 @@ def add_files_from_arrow(adds: pa.StructArray) -> list[AddFile]:
         )
         for r in rows
     ]
+
+
+_NUM_RECORDS_SCHEMA = pa.schema([("numRecords", pa.int64())])
+
+
+def stats_num_records(stats: pa.Array) -> pa.Array:
+    """`numRecords` of each stats JSON string, as int64; null where a file has no stats, the
+    stats are not a JSON object, or numRecords is missing or not an integer.
+
+    The stats are parsed as JSON (a column named `numRecords` inside `minValues` is not the
+    row count), in one columnar pass; only when some string is not valid JSON are the rows
+    parsed one by one to find which.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if not len(stats):
+        return pa.array([], pa.int64())
+    empty, newline = scalar("{}", pa.string()), scalar("\n", pa.string())
+    # JSON strings cannot hold a raw line break, so line breaks are whitespace between tokens.
+    text = pc.replace_substring_regex(pc.fill_null(stats, empty), r"[\r\n]", " ")
+    blank = pc.equal(pc.utf8_trim_whitespace(text), scalar("", pa.string()))
+    text = pc.if_else(blank, empty, text)
+    lines = pc.binary_join_element_wise(text, scalar("", pa.string()), newline)  # + line break
+    bounds = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, lines.buffers()[1]])
+    start, end = bounds[lines.offset].as_py(), bounds[lines.offset + len(lines)].as_py()
+    data = lines.buffers()[2][start:end]
+    options = pj.ParseOptions(
+        explicit_schema=_NUM_RECORDS_SCHEMA, unexpected_field_behavior="ignore"
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(block_size=max(len(data) + 1, 1 << 20)),
+            parse_options=options,
+        )
+        counts = table.column(0).combine_chunks()
+        if len(counts) == len(stats):
+            return pc.if_else(pc.is_null(stats), pa.nulls(len(stats), pa.int64()), counts)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    out: list[int | None] = []
+    for value in stats.to_pylist():
+        try:
+            parsed = parse_json(value, "stats") if value else None
+        except CorruptLogError:
+            parsed = None
+        n = parsed.get("numRecords") if isinstance(parsed, dict) else None
+        out.append(n if isinstance(n, int) and not isinstance(n, bool) else None)
+    return array_from_pylist(out, pa.int64())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,9 +41,15 @@ from airflow_delta.engine.actions import (
 )
 from airflow_delta.engine.columnar import array_from_pylist, bool_mask, concat, contiguous
 from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.log_json import parse_json
 from airflow_delta.engine.log_store import FileStatus, LogStore
 from airflow_delta.engine.replay import FileActions, LogBatch, parse_log_batch
 
+log = logging.getLogger(__name__)
+
+#: `_last_checkpoint` is a small hint (version, size, parts, perhaps a schema and a checksum);
+#: a larger file is not read: it is ignored and the log listed instead.
+LAST_CHECKPOINT_MAX_BYTES = 16 * 2**20
 #: Above this many actions a checkpoint is split into a multi-part checkpoint.
 DEFAULT_CHECKPOINT_PART_SIZE = 5_000_000
 
@@ -458,10 +465,12 @@ def write_checkpoint(
 
 def read_last_checkpoint(store: LogStore, log_path: str) -> dict[str, Any] | None:
     """The `_last_checkpoint` hint, or None when it is missing or not sound JSON."""
+    path = store.join(log_path, filenames.LAST_CHECKPOINT)
     try:
-        data = store.read(store.join(log_path, filenames.LAST_CHECKPOINT))
-        hint = json.loads(data)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+        hint = parse_json(store.read(path, max_size=LAST_CHECKPOINT_MAX_BYTES), path)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, CorruptLogError) as exc:
+        if isinstance(exc, CorruptLogError):
+            log.warning("Ignoring _last_checkpoint of %s: %s", log_path, exc)
         return None
     if not isinstance(hint, dict) or not isinstance(hint.get("version"), int):
         return None

@@ -31,6 +31,7 @@ from airflow_delta.engine.errors import (
     VersionNotFoundError,
 )
 from airflow_delta.engine.features import check_checkpoint_support
+from airflow_delta.engine.log_json import parse_json
 from airflow_delta.engine.log_store import FileStatus, get_log_store
 from airflow_delta.engine.replay import parse_log_batch
 from airflow_delta.engine.schema import schema_to_json
@@ -187,10 +188,12 @@ class DeltaLog:
     def _in_commit_timestamp(self, f: FileStatus) -> int | None:
         first = self.store.read(f.path).split(b"\n", 1)[0]
         try:
-            info = json.loads(first).get("commitInfo") or {}
-        except ValueError:
+            line = parse_json(first, f.path)
+        except CorruptLogError:
             return None
-        return info.get("inCommitTimestamp")
+        info = line.get("commitInfo") if isinstance(line, dict) else None
+        ict = info.get("inCommitTimestamp") if isinstance(info, dict) else None
+        return ict if isinstance(ict, int) and not isinstance(ict, bool) else None
 
     def version_at_timestamp(self, timestamp: Timestamp) -> int:
         """The latest version committed at or before `timestamp`."""
@@ -328,12 +331,11 @@ class DeltaLog:
             info: dict[str, Any] = {}
             for line in self.store.read(f.path).splitlines():
                 if b'"commitInfo"' in line:
-                    try:
-                        info = json.loads(line).get("commitInfo") or {}
-                    except ValueError:
-                        raise CorruptLogError(
-                            f"{f.path}: commitInfo line is not valid JSON"
-                        ) from None
+                    parsed = parse_json(line, f"{f.path}: the commitInfo line")
+                    found = parsed.get("commitInfo") if isinstance(parsed, dict) else None
+                    if found is not None and not isinstance(found, dict):
+                        raise CorruptLogError(f"{f.path}: commitInfo is not a JSON object")
+                    info = dict(found or {})
                     break
             info.setdefault("timestamp", f.modification_time)
             out.append({**info, "version": version})

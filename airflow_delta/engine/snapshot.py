@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,8 +20,8 @@ from airflow_delta.engine.actions import (
     Protocol,
     SetTransaction,
     add_files_from_arrow,
+    stats_num_records,
 )
-from airflow_delta.engine.columnar import scalar
 from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
 from airflow_delta.engine.features import check_reader_support
@@ -229,10 +230,19 @@ class Snapshot:
     @cached_property
     def timestamp(self) -> int:
         """Commit timestamp (ms) of this version: inCommitTimestamp when enabled, else mtime."""
-        ict = self.commit_info and self.commit_info.in_commit_timestamp
-        if ict is not None and self.config.in_commit_timestamps_enabled:
-            return int(ict)
-        return self.log_segment.last_commit_timestamp
+        config = self.config
+        enabled_at = config.in_commit_timestamp_enablement_version or 0
+        if not config.in_commit_timestamps_enabled or not 0 <= enabled_at <= self.version:
+            return self.log_segment.last_commit_timestamp
+        commit_info = self.commit_info
+        if commit_info is None and not self.log_segment.deltas:
+            # Loaded at a checkpoint version: the checkpoint has no commitInfo, the commit does.
+            with contextlib.suppress(FileNotFoundError):
+                commit_info = self.delta_log.commit_info(self.version)
+        ict = commit_info and commit_info.in_commit_timestamp
+        if ict is None:
+            return self.log_segment.last_commit_timestamp
+        return int(ict)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -274,11 +284,10 @@ class Snapshot:
         files = self.files()
         if not len(files):
             return 0
-        stats = pc.fill_null(files.field("stats"), scalar("", pa.string()))
-        counts = pc.extract_regex(stats, r'"numRecords"\s*:\s*(?P<n>\d+)')
+        counts = stats_num_records(files.field("stats"))
         if counts.null_count:
             return None
-        total = pc.sum(pc.cast(counts.field("n"), pa.int64())).as_py()
+        total = pc.sum(counts).as_py()
         deleted = pc.sum(pc.struct_field(files.field("deletionVector"), "cardinality")).as_py()
         return int(total - (deleted or 0))
 
