@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 #: Schemes that name one filesystem.
@@ -82,19 +82,28 @@ def resolve_path(root: FileLocation, path: str) -> FileLocation:
     >>> resolve_path(FileLocation("file", "", "/t"), "file://localhost/t/x.parquet").fs_path
     '/t/x.parquet'
     """
-    if not _SCHEME.match(path):
+    scheme = _SCHEME.match(path)
+    if scheme is None:
         if path.startswith("//"):  # a network-path reference: another authority
-            parts = urlsplit(f"{root.scheme}:{path}")
-            return FileLocation(root.scheme, parts.netloc, _decoded_path(parts.path))
+            authority, rest = _split_authority(path[2:])
+            return FileLocation(root.scheme, authority, _decoded_path(rest))
         if path.startswith("/"):
             return FileLocation(root.scheme, root.authority, _decoded_path(path))
         return root.child(unquote(path))
-    parts = urlsplit(path)
-    scheme = parts.scheme.lower()
-    authority = parts.netloc
-    if scheme == "file" and authority == "localhost":
+    name, rest = scheme[0][:-1].lower(), path[scheme.end() :]
+    authority = ""
+    if rest.startswith("//"):
+        authority, rest = _split_authority(rest[2:])
+    if name == "file" and authority == "localhost":
         authority = ""
-    return FileLocation(scheme, authority, _decoded_path(parts.path))
+    return FileLocation(name, authority, _decoded_path(rest))
+
+
+def _split_authority(text: str) -> tuple[str, str]:
+    """`bucket/key` -> (`bucket`, `/key`). No query or fragment is split off: a `?` or `#` in
+    a log path is part of the file name (writers that forgot to escape them exist)."""
+    authority, slash, rest = text.partition("/")
+    return authority, slash + rest
 
 
 def relative_key(root: FileLocation, location: FileLocation) -> str | None:
