@@ -1,0 +1,153 @@
+"""Expired-log cleanup never makes a committed version invisible.
+
+A writer that read an old snapshot may find the name of its next version free again once
+cleanup removed the old commits; its commit must then fail with StaleCommitError (and leave no
+file behind), never return a version no reader sees.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.errors import StaleCommitError
+from airflow_delta.engine.post_commit import cleanup_expired_logs, truncate_day
+from tests.unit.txn_helpers import APPEND, add, new_table
+
+DAY_MS = 86_400_000
+
+
+def _age_log(log_dir: Path, days: float) -> None:
+    """Back-date every file of `log_dir` by `days`."""
+    stamp = time.time() - days * 86_400
+    for path in log_dir.iterdir():
+        if path.is_file():
+            os.utime(path, (stamp, stamp))
+
+
+def _stale_setup(table: Path):
+    """Writer A reads version 1; writer B then commits up to a checkpoint at 12 and expired-log
+    cleanup removes the commits below it."""
+    log = new_table(table, **{"delta.checkpointInterval": "1000"})
+    log.start_transaction().commit([add("a", "v1.parquet")], APPEND)
+    stale = DeltaLog.for_table(str(table)).start_transaction()
+    assert stale.read_version == 1
+    for i in range(2, 13):
+        log.start_transaction().commit([add("a", f"v{i}.parquet")], APPEND)
+    log.checkpoint()
+    _age_log(table / "_delta_log", 40)
+    deleted = cleanup_expired_logs(log)
+    assert "00000000000000000002.json" in deleted
+    return log, stale
+
+
+def test_a_stale_writer_commit_fails_instead_of_vanishing(tmp_path: Path) -> None:
+    log, stale = _stale_setup(tmp_path / "t")
+
+    with pytest.raises(StaleCommitError, match=r"read version 1.*checkpoint at version 12"):
+        stale.commit([add("a", "lost.parquet")], APPEND)
+
+    assert not (tmp_path / "t/_delta_log/00000000000000000002.json").exists()
+    snapshot = DeltaLog.for_table(str(tmp_path / "t")).update()
+    assert snapshot.version == 12
+    assert "part=a/lost.parquet" not in {f.path for f in snapshot.all_files()}
+    # a fresh transaction commits after the checkpoint
+    retried = log.start_transaction().commit([add("a", "lost.parquet")], APPEND)
+    assert retried == 13
+
+
+def test_a_stale_writer_with_in_commit_timestamps_fails_too(tmp_path: Path) -> None:
+    """With in-commit timestamps the commit reads its predecessor's first: it is gone."""
+    log = new_table(tmp_path / "t", **{"delta.enableInCommitTimestamps": "true"})
+    stale = DeltaLog.for_table(str(tmp_path / "t")).start_transaction()
+    for _ in range(3):
+        log.start_transaction().commit([add("a")], APPEND)
+    log.checkpoint()
+    _age_log(tmp_path / "t/_delta_log", 40)
+    cleanup_expired_logs(log)
+
+    with pytest.raises(StaleCommitError):
+        stale.commit([add("a")], APPEND)
+    assert log.update().version == 3
+
+
+def test_winners_cleaned_up_during_the_conflict_check_fail_typed(tmp_path: Path) -> None:
+    """The winners between the read version and the latest are gone: conflicts cannot be
+    checked, so the commit stops with StaleCommitError."""
+    log = new_table(tmp_path / "t", **{"delta.checkpointInterval": "1000"})
+    stale = DeltaLog.for_table(str(tmp_path / "t")).start_transaction()
+    for _ in range(4):
+        log.start_transaction().commit([add("a")], APPEND)
+    (tmp_path / "t/_delta_log/00000000000000000002.json").unlink()  # 1 stays: name taken
+
+    with pytest.raises(StaleCommitError):
+        stale.commit([add("a")], APPEND)
+
+
+def test_cleanup_cutoff_is_truncated_to_the_start_of_the_day(tmp_path: Path) -> None:
+    """A commit that expired an hour ago, but on the cutoff's day, stays."""
+    log = new_table(tmp_path / "t", **{"delta.logRetentionDuration": "interval 1 day"})
+    for _ in range(3):
+        log.start_transaction().commit([add("a")], APPEND)
+    log.checkpoint()
+    now = truncate_day(int(time.time() * 1000)) + 12 * 3_600_000  # noon today
+    expired_at = (now - DAY_MS - 3_600_000) / 1000  # 25 hours ago: past the exact cutoff
+    for path in (tmp_path / "t/_delta_log").glob("*.json"):
+        os.utime(path, (expired_at, expired_at))
+
+    assert cleanup_expired_logs(log, now_ms=now) == []
+    assert len(cleanup_expired_logs(log, now_ms=now + DAY_MS)) == 3
+
+
+# -- randomized interleavings ------------------------------------------------------------------
+
+_STEP = st.tuples(
+    st.sampled_from(["refresh", "commit", "commit", "commit", "checkpoint", "cleanup"]),
+    st.integers(0, 2),
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(_STEP, min_size=4, max_size=30))
+def test_interleavings_of_writers_checkpoints_and_cleanup_lose_nothing(tmp_path_factory, steps):
+    """Three writers holding snapshots of various ages, checkpoints and aggressive cleanup
+    (every file expired) in any order: every commit that returned a version is in the final
+    table, and every one that raised left nothing behind."""
+    table = tmp_path_factory.mktemp("t")
+    log = new_table(table, **{"delta.checkpointInterval": "3"})
+    writers = [DeltaLog.for_table(str(table)).start_transaction() for _ in range(3)]
+    committed: dict[str, int] = {}
+    refused: set[str] = set()
+    counter = 0
+    for action, who in steps:
+        if action == "refresh":
+            writers[who] = DeltaLog.for_table(str(table)).start_transaction()
+        elif action == "commit":
+            counter += 1
+            name = f"f{counter}.parquet"
+            try:
+                committed[name] = writers[who].commit([add("a", name)], APPEND)
+            except StaleCommitError:
+                refused.add(name)
+            writers[who] = DeltaLog.for_table(str(table)).start_transaction(writers[who].snapshot)
+        elif action == "checkpoint":
+            log.checkpoint()
+        else:
+            cleanup_expired_logs(log, now_ms=int(time.time() * 1000) + 400 * DAY_MS)
+    files = {
+        f.path.removeprefix("part=a/") for f in DeltaLog.for_table(str(table)).update().all_files()
+    }
+    assert files == set(committed)
+    assert not files & refused
+    versions = sorted(committed.values())
+    assert len(versions) == len(set(versions))
