@@ -53,6 +53,7 @@ from airflow_delta.engine.data_files import (
     add_files,
     partition_runs,
 )
+from airflow_delta.engine.data_reader import conform, fs_path, plain_table, same_family
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
@@ -61,6 +62,7 @@ from airflow_delta.engine.errors import (
 )
 from airflow_delta.engine.features import check_writer_support
 from airflow_delta.engine.log_store import get_log_store
+from airflow_delta.engine.paths import table_root
 from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPredicate
 from airflow_delta.engine.schema import (
     arrow_type,
@@ -532,7 +534,9 @@ class ArrowMergeBuilder(MergeBuilder):
         return pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist()
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
-        source = arrow_table(self.source_df)
+        # view and large types (deltalake, polars) as the regular types the table holds
+        source = plain_table(arrow_table(self.source_df))
+        self.source_df = source
         table = self._table_schema(txn)
         self._check_assignments(table.names)
         conjuncts = self._partition_conjuncts(txn)
@@ -963,7 +967,7 @@ class _FileReader:
         self.table = table
         self.partition_columns = list(txn.metadata.partition_columns)
         self.fs = get_log_store(txn.delta_log.table_uri, txn.delta_log.storage_options)[0].fs
-        self.root = txn.delta_log.table_path
+        self.root = table_root(txn.delta_log.table_uri, txn.delta_log.table_path)
         self.lengths = np.zeros(0, dtype=np.int64)
 
     def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
@@ -981,8 +985,11 @@ class _FileReader:
 
     def read_file(self, path: str, partition: Any, columns: Sequence[str]) -> pa.Table:
         """The `columns` of the data file at `path` (as the log names it) whose partition
-        values are `partition` (the log's map, as key-value pairs)."""
-        location = _data_file(self.root, path)
+        values are `partition` (the log's map, as key-value pairs). Columns are read as the
+        table's types (`data_reader.conform`: view and large types of other writers)."""
+        location = fs_path(
+            self.fs, self.root, path, table=self.txn.table, version=self.txn.read_version
+        )
         local = "file" in self.fs.protocol
         data = [c for c in columns if c not in self.partition_columns]
         try:
@@ -1004,22 +1011,10 @@ class _FileReader:
             elif found is None:
                 arrays.append(pa.nulls(read.num_rows, field.type))
             else:
-                arrays.append(_cast(read.column(found), field, path))
+                arrays.append(_cast(conform(read.column(found), field.type), field, path))
         return pa.Table.from_arrays(
             arrays, schema=pa.schema([self.table.field(c) for c in columns])
         )
-
-
-def _data_file(root: str, path: str) -> str:
-    """The fsspec path of a data file the log names by `path` (relative, or an absolute URI)."""
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(path)
-    if parsed.scheme:
-        if parsed.scheme == "file":
-            return unquote(parsed.path)
-        return unquote(f"{parsed.netloc}{parsed.path}") if parsed.netloc else unquote(path)
-    return f"{root}/{unquote(path)}"
 
 
 def _file_mask(
@@ -1156,10 +1151,7 @@ def _castable(source: pa.DataType, target: pa.DataType) -> bool:
         return True
     if pa.types.is_timestamp(target):
         return pa.types.is_timestamp(source) or pa.types.is_date(source)
-    family = (pa.types.is_string, pa.types.is_large_string)
-    if any(f(source) for f in family) and any(f(target) for f in family):
-        return True
-    return pa.types.is_null(source) or source == target
+    return pa.types.is_null(source) or same_family(source, target)
 
 
 def _cast(
@@ -1167,8 +1159,8 @@ def _cast(
 ) -> pa.ChunkedArray | pa.Array:
     """`column` cast to `field`'s type; a cast across type families or one that loses values
     is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
-    if column.type == field.type:
-        return column
+    if same_family(column.type, field.type):  # the type in another layout (or dictionary)
+        return conform(column, field.type)
     if pa.types.is_dictionary(column.type):
         column = pc.cast(column, column.type.value_type)
     if not _castable(column.type, field.type):

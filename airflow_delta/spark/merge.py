@@ -64,7 +64,7 @@ from airflow_delta.engine.merge import (
     _quote,
     arrow_table,
 )
-from airflow_delta.spark.read import _TableLayout, scan_files
+from airflow_delta.spark.read import _TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import _NUMERIC_ORDER, write_files
 
 __all__ = [
@@ -197,7 +197,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             return rows, lambda key: key
         layout = _TableLayout.of(spark, snapshot)
         by_uri = {
-            _file_uri(layout.resolve(path).spark_uri): path
+            _file_uri(spark_uri(layout.resolve(path))): path
             for path in pc.struct_field(files, "path").to_pylist()
         }
 

@@ -31,6 +31,10 @@ Storage: local tables are read through `file:` URIs. Spark here has no `s3a`; an
 read only when the session configures a Hadoop filesystem for it (`spark.hadoop.fs.<scheme>.impl`,
 for example `spark.hadoop.fs.s3.impl=org.apache.hadoop.fs.s3a.S3AFileSystem` for `s3://` tables),
 else `UnsupportedStorageError` is raised. The log itself is always read by the engine (fsspec).
+A file's log path resolves through `engine.paths.resolve_path`, as every engine reader does
+(relative and URL-encoded, `/abs` absolute-path references on the root's scheme and authority,
+URIs); a `file:` URI of another host, and an object key with an empty segment (which Hadoop's
+`Path` collapses), are refused with `UnsupportedStorageError` too.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -51,10 +54,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_delta.engine.data_reader import fs_path
 from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
 from airflow_delta.engine.features import LOG_READER_FEATURES, reader_features
-from airflow_delta.engine.log_store import LocalLogStore
+from airflow_delta.engine.paths import FileLocation, resolve_path, table_root
 from airflow_delta.engine.predicates import parse_predicates
 from airflow_delta.engine.schema import partition_values_to_arrow, schema_from_json
 from airflow_delta.engine.snapshot import Snapshot
@@ -82,7 +86,7 @@ _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism
 _URI_SAFE = re.compile(r"[A-Za-z0-9\-_.!~*'();:@&=+$,/]*")
 _URI_UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9\-_.!~*'();:@&=+$,/]")
 _GLOB_CHARS = re.compile(r"([\\{}\[\]*?])")
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_EMPTY_SEGMENTS = re.compile(r"//+")
 _INTEGER_DIGITS = {"byte": 3, "short": 5, "integer": 10, "long": 20}
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
@@ -133,7 +137,7 @@ def scan_files(
             raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
     paths = pc.struct_field(files, "path").to_pylist()
     locations = [table.resolve(path) for path in paths]
-    _check_locations(spark, snapshot, locations)
+    _check_locations(spark, snapshot, paths, locations)
     extra = [
         T.StructField(name, kind)
         for name, kind in ((file_column, T.StringType()), (row_index_column, T.LongType()))
@@ -149,12 +153,12 @@ def scan_files(
     per_file = bool(table.partition_fields) or file_column is not None or needs_row_index
 
     try:
-        data = _read_parquet(spark, table.read_schema, [loc.spark_path for loc in locations])
+        data = _read_parquet(spark, table.read_schema, [spark_path(loc) for loc in locations])
     except AnalysisException as exc:
         if exc.getCondition() != "PATH_NOT_FOUND":
             raise
         message = str(exc)
-        missing = (p for p, loc in zip(paths, locations, strict=True) if loc.spark_path in message)
+        missing = (p for p, loc in zip(paths, locations, strict=True) if spark_path(loc) in message)
         path = next(missing, None)
         if path is None:
             raise
@@ -212,35 +216,21 @@ def _read_parquet(spark: SparkSession, schema: T.StructType, paths: list[str]) -
 # --------------------------------------------------------------------------- table layout
 
 
-@dataclass(frozen=True)
-class _Location:
-    """Where a file lives: a URI scheme, an authority and a decoded (OS-style) path."""
+def spark_path(location: FileLocation) -> str:
+    """The path of `location` for `spark.read` (Hadoop takes it literally: glob characters are
+    escaped)."""
+    return _GLOB_CHARS.sub(r"\\\1", _hadoop_uri(location, location.path))
 
-    scheme: str
-    authority: str
-    path: str
 
-    @property
-    def spark_path(self) -> str:
-        """The path for `spark.read` (Hadoop takes it literally, glob characters escaped)."""
-        return _GLOB_CHARS.sub(r"\\\1", f"{self.scheme}:{self._authority_part}{self.path}")
+def spark_uri(location: FileLocation) -> str:
+    """`location` as Spark shows the file in `_metadata.file_path` and `input_file_name()`
+    (Hadoop's `Path.toUri()`: empty segments collapsed, quoted as java.net.URI quotes)."""
+    return _hadoop_uri(location, _java_uri_path(_EMPTY_SEGMENTS.sub("/", location.path)))
 
-    @property
-    def spark_uri(self) -> str:
-        """The file as Spark's `_metadata.file_path` shows it (Hadoop `Path.toUri()`)."""
-        return f"{self.scheme}:{self._authority_part}{_java_uri_path(self.path)}"
 
-    @property
-    def fs_path(self) -> str:
-        """The path in the terms of the table's fsspec filesystem."""
-        return self.path if self.scheme == "file" else f"{self.authority}{self.path}"
-
-    @property
-    def _authority_part(self) -> str:
-        return f"//{self.authority}" if self.authority or self.scheme != "file" else ""
-
-    def child(self, relative: str) -> _Location:
-        return _Location(self.scheme, self.authority, f"{self.path.rstrip('/')}/{relative}")
+def _hadoop_uri(location: FileLocation, path: str) -> str:
+    authority = f"//{location.authority}" if location.authority or location.scheme != "file" else ""
+    return f"{location.scheme}:{authority}{path}"
 
 
 @dataclass(frozen=True)
@@ -248,7 +238,7 @@ class _TableLayout:
     """How the table's logical schema maps to the parquet files and the log."""
 
     table: str
-    root: _Location
+    root: FileLocation  # the table root (`paths.table_root`)
     schema_fields: list[dict[str, Any]]  # the Delta schema's top-level fields (JSON)
     spark_schema: T.StructType  # the same as Spark types, Delta metadata kept
     column_mapping: bool
@@ -282,7 +272,7 @@ class _TableLayout:
             _check_type_changes(field, table)
         return cls(
             table=table,
-            root=_table_root(snapshot),
+            root=table_root(snapshot.table_uri, snapshot.delta_log.table_path),
             schema_fields=fields,
             spark_schema=T.StructType.fromJson(schema_json),
             column_mapping=mode != "none",
@@ -352,22 +342,10 @@ class _TableLayout:
             columns.append(column.alias(out.name))
         return columns
 
-    def resolve(self, log_path: str) -> _Location:
-        """The location of a file the log names (a relative URL-encoded path or a URI)."""
-        if not _SCHEME.match(log_path):
-            return self.root.child(unquote(log_path))
-        parts = urlsplit(log_path)
-        scheme = parts.scheme.lower()
-        authority = "" if scheme == "file" and parts.netloc == "localhost" else parts.netloc
-        return _Location(scheme, authority, unquote(parts.path))
-
-
-def _table_root(snapshot: Snapshot) -> _Location:
-    root = snapshot.delta_log.table_path
-    if isinstance(snapshot.delta_log.store, LocalLogStore):
-        return _Location("file", "", root)
-    authority, _, path = root.partition("/")
-    return _Location(urlsplit(snapshot.table_uri).scheme.lower(), authority, "/" + path)
+    def resolve(self, log_path: str) -> FileLocation:
+        """The location of a file the log names: `paths.resolve_path` against the root (a
+        relative URL-encoded path, an absolute-path reference, or a URI)."""
+        return resolve_path(self.root, log_path)
 
 
 def physical_name(name: str, metadata: Mapping[str, Any], table: str) -> str:
@@ -495,15 +473,37 @@ def _widens(source: Any, target: str) -> bool:
 
 
 def _check_locations(
-    spark: SparkSession, snapshot: Snapshot, locations: Sequence[_Location]
+    spark: SparkSession,
+    snapshot: Snapshot,
+    paths: Sequence[str],
+    locations: Sequence[FileLocation],
 ) -> None:
-    """Refuse files Spark cannot reach, or would silently skip (hidden names)."""
-    for scheme in sorted({loc.scheme for loc in locations} - NATIVE_SCHEMES):
-        if not spark.conf.get(f"spark.hadoop.fs.{scheme}.impl", None):
+    """Refuse files Spark cannot reach or name exactly, or would silently skip (hidden names).
+
+    `paths` are the files as the log names them, `locations` what they resolve to."""
+    where = f"Table {snapshot.table_uri} version {snapshot.version}"
+    configured: dict[str, bool] = {}
+    for path, loc in zip(paths, locations, strict=True):
+        scheme = loc.scheme
+        if scheme not in NATIVE_SCHEMES and scheme not in configured:
+            configured[scheme] = bool(spark.conf.get(f"spark.hadoop.fs.{scheme}.impl", None))
+        if not configured.get(scheme, True):
             raise UnsupportedStorageError(
-                f"Table {snapshot.table_uri}: Spark has no filesystem for {scheme}:// data "
-                f"files. Configure one on the session (spark.hadoop.fs.{scheme}.impl, e.g. "
-                "org.apache.hadoop.fs.s3a.S3AFileSystem with hadoop-aws on the classpath)."
+                f"{where}: the data file {path} is on {scheme}://, and Spark has no filesystem "
+                f"for {scheme}:// data files. Configure one on the session "
+                f"(spark.hadoop.fs.{scheme}.impl, e.g. org.apache.hadoop.fs.s3a.S3AFileSystem "
+                "with hadoop-aws on the classpath)."
+            )
+        if scheme == "file" and loc.authority:
+            raise UnsupportedStorageError(
+                f"{where}: the data file {path} names {loc.uri}, a file on host "
+                f"{loc.authority!r}; Spark reads local files of this host only."
+            )
+        if scheme != "file" and _EMPTY_SEGMENTS.search(loc.path):
+            raise UnsupportedStorageError(
+                f"{where}: the data file {path} names the key {loc.fs_path!r}, which has an "
+                "empty path segment; Hadoop's Path collapses it, so Spark would read another "
+                "object."
             )
     for loc in locations:
         name = loc.path.rsplit("/", 1)[-1]
@@ -538,11 +538,11 @@ def _files_frame(
     spark: SparkSession,
     table: _TableLayout,
     files: pa.StructArray,
-    locations: Sequence[_Location],
+    locations: Sequence[FileLocation],
 ) -> DataFrame:
     """One row per file: Spark's URI of it, a file id, typed partition values, its log path."""
     columns: dict[str, pa.Array] = {
-        _KEY: pa.array([loc.spark_uri for loc in locations], pa.string()),
+        _KEY: pa.array([spark_uri(loc) for loc in locations], pa.string()),
         _FILE_ID: pa.array(np.arange(len(files), dtype=np.int32)),
         _LOG_PATH: pc.struct_field(files, "path"),
     }
@@ -578,12 +578,17 @@ def _deleted_rows(
         if storage == "i":
             data = dvs.inline_dv_bytes(where, size)
         elif storage in ("u", "p"):
-            location = (
-                table.root.child(dvs.relative_dv_path(where))
-                if storage == "u"
-                else table.resolve(where)
-            )
-            path = location.fs_path
+            if storage == "u":
+                path = table.root.child(dvs.relative_dv_path(where)).fs_path
+            else:
+                path = fs_path(
+                    fs,
+                    table.root,
+                    where,
+                    table=snapshot.table_uri,
+                    version=snapshot.version,
+                    what="deletion vector file",
+                )
             if path not in contents:
                 try:
                     contents[path] = fs.cat_file(path)
