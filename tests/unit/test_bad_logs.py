@@ -166,3 +166,108 @@ def test_history_cleaned_without_checkpoint(tmp_path) -> None:
     commit_path(tmp_path, 0).unlink()
     with pytest.raises(CorruptLogError, match="commits before version 1 are missing"):
         load(tmp_path)
+
+
+# -- hostile contents: deep nesting, special files, stats ------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_deeply_nested_json_in_a_commit_is_a_corrupt_log(tmp_path) -> None:
+    make_table(tmp_path, 2)
+    with commit_path(tmp_path, 1).open("a") as f:
+        f.write('{"add": ' + DEEP + "}\n")
+    with pytest.raises(CorruptLogError, match="nested too deeply"):
+        load(tmp_path)
+
+
+def test_deeply_nested_json_in_history_is_a_corrupt_log(tmp_path) -> None:
+    make_table(tmp_path, 2)
+    commit_path(tmp_path, 1).write_text('{"commitInfo": ' + DEEP + "}\n")
+    with pytest.raises(CorruptLogError, match="nested too deeply"):
+        DeltaLog.for_table(str(tmp_path)).history()
+
+
+def test_deeply_nested_schema_string_is_a_corrupt_log(tmp_path) -> None:
+    meta = metadata()
+    meta["metaData"]["schemaString"] = DEEP
+    write_commit(tmp_path, 0, [protocol(), meta])
+    with pytest.raises(CorruptLogError, match="nested too deeply"):
+        load(tmp_path).schema  # noqa: B018
+
+
+def test_deeply_nested_last_checkpoint_is_ignored(tmp_path) -> None:
+    make_table(tmp_path, 3)
+    (tmp_path / LOG / "_last_checkpoint").write_text(DEEP)
+    assert load(tmp_path).version == 2
+
+
+def _fifo_or_skip(path) -> None:
+    import os
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    os.mkfifo(path)
+
+
+def _in_thread(fn, timeout: float = 60):
+    """fn() run in a thread; fails the test instead of hanging it."""
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn).result(timeout=timeout)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def test_a_fifo_as_last_checkpoint_neither_hangs_nor_breaks_the_load(tmp_path) -> None:
+    make_table(tmp_path, 3)
+    _fifo_or_skip(tmp_path / LOG / "_last_checkpoint")
+    assert _in_thread(lambda: load(tmp_path).version) == 2
+
+
+def test_a_device_as_last_checkpoint_is_not_read(tmp_path) -> None:
+    """A link to /dev/zero would be read forever (and fill the memory)."""
+    make_table(tmp_path, 3)
+    (tmp_path / LOG / "_last_checkpoint").symlink_to("/dev/zero")
+    assert _in_thread(lambda: load(tmp_path).version) == 2
+
+
+def test_a_fifo_where_a_winner_commit_is_read_is_a_corrupt_log(tmp_path) -> None:
+    """The conflict check reads winners by name, not from a listing."""
+    from airflow_delta.engine.log_store import LocalLogStore
+
+    _fifo_or_skip(tmp_path / "fifo")
+    with pytest.raises(CorruptLogError, match="not a regular file"):
+        _in_thread(lambda: LocalLogStore().read(str(tmp_path / "fifo")))
+
+
+def test_an_oversized_last_checkpoint_is_ignored(tmp_path, monkeypatch) -> None:
+    from airflow_delta.engine import checkpoints
+
+    make_table(tmp_path, 3)
+    (tmp_path / LOG / "_last_checkpoint").write_text('{"version": 1, "size": 3}' + " " * 200)
+    monkeypatch.setattr(checkpoints, "LAST_CHECKPOINT_MAX_BYTES", 100)
+    assert load(tmp_path).version == 2
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        ('{"minValues": {"numRecords": 9}, "numRecords": 2}', 2),
+        ('{"minValues": {"numRecords": 9}}', None),  # no row count: unknown
+        ('{"numRecords": "7"}', None),
+        ('{\n  "numRecords":\n  4\n}', 4),
+        ("not json", None),
+        ('{"numRecords": 5, "maxValues": ' + DEEP + "}", 5),
+    ],
+)
+def test_num_records_reads_the_stats_as_json(tmp_path, stats, expected) -> None:
+    write_commit(
+        tmp_path,
+        0,
+        [protocol(), metadata(), add("a"), {"add": {**add("b")["add"], "stats": stats}}],
+    )
+    snapshot = load(tmp_path)
+    assert snapshot.num_records == (None if expected is None else 1 + expected)
