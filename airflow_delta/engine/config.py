@@ -81,6 +81,21 @@ def _bool(conf: Mapping[str, str], key: str, default: bool = False) -> bool:
     return text == "true"
 
 
+def _named(prop: Callable[[TableConfig], Any]) -> Any:
+    """A property whose InvalidTablePropertyError names the table."""
+
+    def get(self: TableConfig) -> Any:
+        try:
+            return prop(self)
+        except InvalidTablePropertyError as exc:
+            if not self.table or self.table in str(exc):
+                raise
+            raise InvalidTablePropertyError(f"Table {self.table}: {exc}") from None
+
+    get.__doc__ = prop.__doc__
+    return property(get)
+
+
 class TableConfig:
     """The table properties of a Metadata action, parsed."""
 
@@ -104,14 +119,10 @@ class TableConfig:
             lambda: self.isolation_level,
         ]
         for get in getters:
-            try:
-                get()
-            except InvalidTablePropertyError as exc:
-                where = f"Table {self.table}: " if self.table else ""
-                raise InvalidTablePropertyError(f"{where}{exc}") from None
+            get()
         return self
 
-    @property
+    @_named
     def checkpoint_interval(self) -> int:
         """`delta.checkpointInterval`: commits between automatic checkpoints (default 10)."""
         key = "delta.checkpointInterval"
@@ -123,14 +134,14 @@ class TableConfig:
             )
         return int(text)
 
-    @property
+    @_named
     def deleted_file_retention_ms(self) -> int:
         """`delta.deletedFileRetentionDuration`: how long tombstones are kept (default 1 week)."""
         return _non_negative_interval(
             self.configuration, "delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION
         )
 
-    @property
+    @_named
     def set_transaction_retention_ms(self) -> int | None:
         """`delta.setTransactionRetentionDuration`: how long app transactions (`txn`) are kept
         after their `lastUpdated`; None (the default) keeps them forever."""
@@ -139,26 +150,26 @@ class TableConfig:
             return None
         return _non_negative_interval(self.configuration, key, "")
 
-    @property
+    @_named
     def log_retention_ms(self) -> int:
         """`delta.logRetentionDuration`: how long commit files are kept (default 30 days)."""
         return _non_negative_interval(
             self.configuration, "delta.logRetentionDuration", DEFAULT_LOG_RETENTION
         )
 
-    @property
+    @_named
     def enable_expired_log_cleanup(self) -> bool:
         return _bool(self.configuration, "delta.enableExpiredLogCleanup", True)
 
-    @property
+    @_named
     def append_only(self) -> bool:
         return _bool(self.configuration, "delta.appendOnly")
 
-    @property
+    @_named
     def in_commit_timestamps_enabled(self) -> bool:
         return _bool(self.configuration, "delta.enableInCommitTimestamps")
 
-    @property
+    @_named
     def in_commit_timestamp_enablement_version(self) -> int | None:
         key = "delta.inCommitTimestampEnablementVersion"
         value = self.configuration.get(key)
@@ -170,11 +181,11 @@ class TableConfig:
             )
         return int(str(value).strip())
 
-    @property
+    @_named
     def symlink_manifest_enabled(self) -> bool:
         return _bool(self.configuration, "delta.compatibility.symlinkFormatManifest.enabled")
 
-    @property
+    @_named
     def isolation_level(self) -> str | None:
         key = "delta.isolationLevel"
         value = self.configuration.get(key)

@@ -195,7 +195,7 @@ class Snapshot:
                 f"Table {table} version {segment.version}: No metadata found in the log "
                 "(the log is corrupt or truncated)."
             )
-        config = TableConfig(replay.current_metadata.configuration)
+        config = TableConfig(replay.current_metadata.configuration, table)
         now_ms = int(time.time() * 1000)
         replay.min_file_retention_timestamp = now_ms - config.deleted_file_retention_ms
         return cls(delta_log, segment, replay)
@@ -208,7 +208,7 @@ class Snapshot:
 
     @cached_property
     def config(self) -> TableConfig:
-        return TableConfig(self.metadata.configuration)
+        return TableConfig(self.metadata.configuration, self.table_uri)
 
     @cached_property
     def schema(self) -> pa.Schema:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -295,3 +296,139 @@ def test_commit_properties_carry_app_transactions_and_hooks(tmp_path: Path) -> N
     assert log.start_transaction(properties=properties).already_committed()
     with pytest.raises(ValueError, match="Unknown post-commit hook 'vacuum'"):
         log.start_transaction(properties=CommitProperties(post_commit_hooks=["vacuum"]))
+
+
+# -- table properties are validated before the commit file is written ------------------------
+
+
+def _set_property(table: Path, key: str, value: str) -> None:
+    """Set a table property in version 0's metadata, as another engine might have."""
+    commit_0 = table / "_delta_log/00000000000000000000.json"
+    lines = [json.loads(line) for line in commit_0.read_text().splitlines()]
+    for line in lines:
+        if "metaData" in line:
+            line["metaData"].setdefault("configuration", {})[key] = value
+    commit_0.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("delta.checkpointInterval", "10.0", "positive integer"),
+        ("delta.checkpointInterval", "0", "positive integer"),
+        ("delta.deletedFileRetentionDuration", "interval -1 days", "negative"),
+        ("delta.logRetentionDuration", "interval 1 month", "cannot be parsed"),
+        ("delta.logRetentionDuration", "interval 7 days garbage", "cannot be parsed"),
+        ("delta.appendOnly", "yes", "not a boolean"),
+        ("delta.isolationLevel", "Chaos", "not an isolation level"),
+    ],
+)
+def test_a_bad_table_property_fails_before_the_commit_lands(tmp_path, key, value, message) -> None:
+    """Set by another engine: the next commit is refused and writes nothing, so a caller that
+    retries never writes the data twice."""
+    from airflow_delta.engine.errors import InvalidTablePropertyError
+
+    log = new_table(tmp_path / "t")
+    append(log)
+    _set_property(tmp_path / "t", key, value)
+
+    with pytest.raises(InvalidTablePropertyError, match=f"{key}.*{message}") as raised:
+        DeltaLog.for_table(str(tmp_path / "t")).start_transaction().commit([add()], APPEND)
+    assert isinstance(raised.value, InvalidCommitError)
+    assert str(tmp_path / "t") in str(raised.value)
+    assert sorted(p.name for p in (tmp_path / "t/_delta_log").glob("*.json")) == [
+        "00000000000000000000.json",
+        "00000000000000000001.json",
+    ]
+
+
+def test_create_table_refuses_a_bad_property(tmp_path) -> None:
+    from airflow_delta.engine.errors import InvalidTablePropertyError
+
+    with pytest.raises(InvalidTablePropertyError, match="checkpointInterval"):
+        new_table(tmp_path / "t", **{"delta.checkpointInterval": "ten"})
+    assert not list((tmp_path / "t").glob("_delta_log/*.json"))
+
+
+def test_vacuum_refuses_a_negative_configured_retention(tmp_path) -> None:
+    """A negative delta.deletedFileRetentionDuration would make vacuum delete the files of
+    writes still in flight."""
+    from airflow_delta.engine.errors import InvalidTablePropertyError
+    from airflow_delta.engine.vacuum import vacuum
+
+    log = new_table(tmp_path / "t")
+    _set_property(tmp_path / "t", "delta.deletedFileRetentionDuration", "interval -2 days")
+    in_flight = tmp_path / "t/part=a/in-flight.parquet"
+    in_flight.parent.mkdir(parents=True)
+    in_flight.write_bytes(b"PAR1")
+    with pytest.raises(InvalidTablePropertyError, match="negative"):
+        vacuum(DeltaLog.for_table(str(tmp_path / "t")))
+    assert in_flight.exists()
+    assert log.table_uri
+
+
+# -- fork safety ------------------------------------------------------------------------------
+
+
+def _commit_in_child(table: str, queue) -> None:
+    from airflow_delta.engine import DeltaLog as ChildLog
+    from tests.unit.txn_helpers import APPEND as CHILD_APPEND
+    from tests.unit.txn_helpers import add as child_add
+
+    queue.put(ChildLog.for_table(table).start_transaction().commit([child_add()], CHILD_APPEND))
+
+
+def test_a_child_forked_while_a_thread_holds_the_commit_lock_can_commit(tmp_path) -> None:
+    """Airflow's executors fork: a commit lock held by another thread at the fork must not
+    stay held forever in the child."""
+    import multiprocessing
+    import threading
+
+    log = new_table(tmp_path / "t")
+    txn = log.start_transaction()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with txn.lock_commit_if_enabled():
+            holding.set()
+            release.wait(120)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(60)
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_commit_in_child, args=(str(tmp_path / "t"), queue))
+        child.start()
+        child.join(120)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+        assert not hung, "the forked child hung on the commit lock"
+        assert child.exitcode == 0
+        assert queue.get(timeout=10) == 1
+    finally:
+        release.set()
+        holder.join()
+
+
+# -- in-commit timestamps ---------------------------------------------------------------------
+
+
+def test_snapshot_timestamp_at_a_checkpoint_version_is_the_in_commit_timestamp(tmp_path) -> None:
+    log = new_table(tmp_path / "t", **{"delta.enableInCommitTimestamps": "true"})
+    version = append(log)
+    log.checkpoint()
+    ict = log.commit_info(version).in_commit_timestamp
+    commit = tmp_path / f"t/_delta_log/{version:020d}.json"
+    old = time.time() - 86_400  # the files' mtimes say yesterday
+    for path in (tmp_path / "t/_delta_log").iterdir():
+        os.utime(path, (old, old))
+
+    snapshot = DeltaLog.for_table(str(tmp_path / "t")).update()
+
+    assert snapshot.log_segment.checkpoint_version == version
+    assert not snapshot.log_segment.deltas
+    assert snapshot.timestamp == ict
+    assert commit.exists()
