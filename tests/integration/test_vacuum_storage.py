@@ -82,7 +82,9 @@ def _fresh(storage: Storage) -> Storage:
 
 def _table(storage: Storage, name: str, active: list[str]) -> DeltaLog:
     """A table at `name` whose one commit adds `active` (log paths), partitioned by `_k`."""
-    log = DeltaLog.create_table(storage.uri(name), PARTITIONED_SCHEMA, ["_k"], None, storage.options)
+    log = DeltaLog.create_table(
+        storage.uri(name), PARTITIONED_SCHEMA, ["_k"], None, storage.options
+    )
     adds = [AddFile(p, {"_k": "a"}, 9, 0) for p in active]
     log.start_transaction().commit(adds, Operation("WRITE"))
     return log
