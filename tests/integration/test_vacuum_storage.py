@@ -46,7 +46,7 @@ class Storage:
         bucket, _, prefix = self.base.removeprefix("s3://").partition("/")
         return bucket, prefix + "/" if prefix else ""
 
-    def keys(self) -> set[str]:
+    def listed(self) -> set[str]:
         if self.kind == "local":
             root = Path(self.base)
             return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
@@ -124,12 +124,12 @@ def test_vacuum_deletes_exactly_the_unreferenced_keys_it_listed(storage, keys, d
     neighbour = _table(where, "t1", [quote(k) for k in keys])
     for key in keys:
         where.put(f"t1/{key}")
-    before = where.keys()
+    before = where.listed()
 
     result = _run_vacuum(log)
 
     assert sorted(result.files_deleted) == sorted(orphans)
-    assert where.keys() == before - {f"{root}/{k}" for k in orphans}
+    assert where.listed() == before - {f"{root}/{k}" for k in orphans}
     assert len(_run_vacuum(neighbour).files_deleted) == 0
 
 
@@ -144,10 +144,10 @@ def test_a_stray_glob_key_deletes_only_itself(storage, glob_key) -> None:
 
     assert _run_vacuum(log).files_deleted == [glob_key]
 
-    assert {k for k in storage.keys() if not k.startswith("t/_delta_log/")} == {
+    assert {k for k in storage.listed() if not k.startswith("t/_delta_log/")} == {
         f"t/{k}" for k in active
     }
-    assert any(k.startswith("t/_delta_log/") for k in storage.keys())
+    assert any(k.startswith("t/_delta_log/") for k in storage.listed())
 
 
 def _odd_spellings(storage: Storage, table_path: str) -> dict[str, str]:
@@ -184,4 +184,4 @@ def test_vacuum_keeps_active_files_however_the_log_spells_them(storage) -> None:
     log = _table(storage, "t", list(spellings))
 
     assert _run_vacuum(log).files_deleted == ["orphan.parquet"]
-    assert {f"t/{k}" for k in spellings.values()} <= storage.keys()
+    assert {f"t/{k}" for k in spellings.values()} <= storage.listed()
