@@ -497,8 +497,10 @@ class OptimisticTransaction:
         is older than that checkpoint finds the name of its next version free again, and its
         put-if-absent succeeds below the checkpoint, where every reader starts after it. Such
         a commit is recognised by its missing predecessor together with a checkpoint at or
-        above its version that is older than the commit file (one written later was built from
-        this commit, which is then visible). It is deleted again and StaleCommitError raised.
+        above its version that is not newer than the commit file (a later one was built from
+        this commit, which is then visible; object stores keep whole seconds, so a tie counts
+        as stale: an error is loud, a lost commit is not). It is deleted again and
+        StaleCommitError raised.
         """
         store = self.delta_log.store
         if version == 0 or store.exists(
@@ -516,7 +518,7 @@ class OptimisticTransaction:
             if parsed.version == version - 1:
                 return  # the predecessor is there after all (a checkpoint of it)
             if parsed.kind == "checkpoint" and parsed.version >= version and (
-                written_at is None or f.modification_time < written_at
+                written_at is None or f.modification_time <= written_at
             ):
                 older_checkpoints.append(parsed.version)
         if not older_checkpoints:

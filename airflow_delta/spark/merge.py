@@ -50,7 +50,7 @@ from pyspark.sql import types as T
 from pyspark.sql.types import StructField
 
 from airflow_delta.engine import CommitProperties, OptimisticTransaction
-from airflow_delta.engine.actions import Action
+from airflow_delta.engine.actions import Action, stats_num_records
 from airflow_delta.engine.errors import DeltaError
 from airflow_delta.engine.merge import (
     MATCHED,
@@ -473,10 +473,9 @@ def _num_records(files: pa.StructArray, count: Callable[[], int]) -> int:
     """Rows in `files` from their stats (minus deletion vectors), else `count()`."""
     if not len(files):
         return 0
-    stats = pc.fill_null(files.field("stats"), "")
-    found = pc.extract_regex(stats, r'"numRecords"\s*:\s*(?P<n>\d+)')
+    found = stats_num_records(files.field("stats"))
     if found.null_count:
         return count()
-    total = pc.sum(pc.cast(found.field("n"), pa.int64())).as_py()
+    total = pc.sum(found).as_py()
     deleted = pc.sum(pc.struct_field(files.field("deletionVector"), "cardinality")).as_py()
     return int(total - (deleted or 0))

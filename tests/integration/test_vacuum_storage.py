@@ -185,3 +185,34 @@ def test_vacuum_keeps_active_files_however_the_log_spells_them(storage) -> None:
 
     assert _run_vacuum(log).files_deleted == ["orphan.parquet"]
     assert {f"t/{k}" for k in spellings.values()} <= storage.listed()
+
+
+@pytest.mark.s3
+def test_a_stale_writer_on_s3_fails_instead_of_vanishing(s3_bucket) -> None:
+    """The stale-writer reproduction on S3: cleanup (run as if 40 days later) removes the
+    commits below the checkpoint; the stale writer's conditional PUT of version 2 succeeds,
+    and the commit is withdrawn with StaleCommitError instead of returning 2."""
+    from airflow_delta.engine.errors import StaleCommitError
+    from airflow_delta.engine.post_commit import cleanup_expired_logs
+
+    bucket, options = s3_bucket
+    uri = f"s3://{bucket}/stale"
+    log = DeltaLog.create_table(
+        uri, PARTITIONED_SCHEMA, ["_k"], {"delta.checkpointInterval": "1000"}, options
+    )
+    log.start_transaction().commit([AddFile("_k=a/f1", {"_k": "a"}, 9, 0)], Operation("WRITE"))
+    stale = DeltaLog.for_table(uri, options).start_transaction()
+    for i in range(2, 6):
+        log.start_transaction().commit(
+            [AddFile(f"_k=a/f{i}", {"_k": "a"}, 9, 0)], Operation("WRITE")
+        )
+    log.checkpoint()
+    assert "00000000000000000002.json" in cleanup_expired_logs(log, now_ms=LATER + 2 * DAY_MS)
+
+    with pytest.raises(StaleCommitError):
+        stale.commit([AddFile("_k=a/lost", {"_k": "a"}, 9, 0)], Operation("WRITE"))
+
+    assert not DeltaLog.for_table(uri, options).store.exists(
+        f"{bucket}/stale/_delta_log/00000000000000000002.json"
+    )
+    assert DeltaLog.for_table(uri, options).update().version == 5
