@@ -116,6 +116,7 @@ _STEP = st.tuples(
 @settings(
     max_examples=40,
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(steps=st.lists(_STEP, min_size=4, max_size=30))
