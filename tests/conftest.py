@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.waiting import GENEROUS, wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,11 +69,12 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
             )
         try:
-            deadline = time.monotonic() + 30
-            while not _answers(url):
+
+            def up() -> bool:
                 assert proc.poll() is None, (aws_dir / "moto.log").read_text()
-                assert time.monotonic() < deadline, "moto_server did not start within 30 s"
-                time.sleep(0.1)
+                return _answers(url)
+
+            wait_until(up, timeout=GENEROUS, interval=0.1, message="moto_server did not start")
             yield url
         finally:
             os.kill(proc.pid, signal.SIGKILL)

@@ -31,7 +31,7 @@ os.environ["AIRFLOW_DELTA_TEST_ROOT"] = str(TABLES_ROOT)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def airflow_command(*args: str, env: dict[str, str] | None = None, timeout: float = 240):
+def airflow_command(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
     """Run the `airflow` CLI of this virtualenv; the completed process (output captured)."""
     airflow = str(Path(sys.executable).with_name("airflow"))
     return subprocess.run(

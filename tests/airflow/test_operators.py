@@ -16,8 +16,14 @@ from airflow_delta.engine.delta_log import DeltaLog
 from tests.airflow.conftest import TABLES_ROOT, airflow_command, load_dag
 from tests.airflow.metadata import asset_events, task_states, xcoms
 from tests.spark.test_write import deltalake_rows
+from tests.waiting import communicate_all
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
+
+#: Seconds the tests that run DAG tasks in several processes at once (each starting its own
+#: Spark) give them all, together; their pytest timeout is above it. Generous: on a loaded
+#: two-core machine the JVMs alone take minutes to start side by side.
+PROCESSES_DEADLINE = 780
 
 
 def fresh_table(name: str) -> str:
@@ -106,6 +112,7 @@ def test_retry_after_landed_commit_writes_once() -> None:
     assert calls.read_text() == "try 1\n"  # the retry found the marker before the source
 
 
+@pytest.mark.timeout(900)  # a DAG run on Spark, then `airflow tasks test` in a new process
 def test_asset_scheduled_dag_sees_the_committed_version() -> None:
     """The consumer's run is created by the scheduler's own code for asset-triggered runs (run
     in-process: no scheduler loop or API server here) and its task runs via `airflow tasks
@@ -154,6 +161,7 @@ print("DAG RUN STATE", dag.test().state)
 """
 
 
+@pytest.mark.timeout(900)
 def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
     """Two processes run the same DAG at once: appends both land; an overwrite of the same
     partition without re-runs fails in one of them with the conflict; with re-runs both land."""
@@ -183,7 +191,7 @@ def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
                 text=True,
             )
         )
-    logs = [p.communicate(timeout=280)[0] for p in procs]
+    logs = communicate_all(procs, PROCESSES_DEADLINE)
     both = "\n".join(logs)
     assert all(p.returncode == 0 for p in procs), both[-5000:]
 
@@ -201,6 +209,7 @@ def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
     assert len(final) == 5 and len({r["v"] for r in final}) == 1  # the last overwrite's rows
 
 
+@pytest.mark.timeout(900)
 def test_mapped_tasks_write_disjoint_partitions_at_once(tmp_path: Path) -> None:
     """The mapped task instances run as three `airflow tasks test --map-index` processes at
     once (each its own Spark and its own copy of the metadata database)."""
@@ -235,7 +244,7 @@ def test_mapped_tasks_write_disjoint_partitions_at_once(tmp_path: Path) -> None:
                 text=True,
             )
         )
-    logs = [p.communicate(timeout=280)[0] for p in procs]
+    logs = communicate_all(procs, PROCESSES_DEADLINE)
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-5000:]
     assert DeltaLog.for_table(uri).latest_version() == 2
     final = rows(uri)

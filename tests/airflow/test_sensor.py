@@ -3,7 +3,11 @@
 The DAG runs (`dag.test()`, DAGs in dags/sensor_dags.py) wait for versions that a writer thread
 commits while the sensor waits: the writer watches the metadata database for the moment the
 sensor has taken its baseline (running, rescheduled twice, or deferred) before committing, so
-a sensor that re-took its baseline later would miss the commit and time out.
+a sensor that re-took its baseline later would miss the commit and time out. In poke mode the
+writer waits for a poke that found nothing new (`sensor_misses`): "running" alone does not mean
+the baseline was taken yet.
+
+Every wait is on a condition, with a generous deadline (the suite runs on loaded machines).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 import pytest
 from airflow.sdk.module_loading import import_string
 
+import airflow_delta.sensors.version as sensor_module
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.sensors.version import (
@@ -38,8 +43,10 @@ from airflow_delta.triggers.version import (
     version_event,
 )
 from tests.airflow.conftest import TABLES_ROOT, load_dag
+from tests.airflow.dags.sensor_dags import SENSOR_TIMEOUT
 from tests.airflow.metadata import asset_events, xcoms
 from tests.unit.txn_helpers import append, new_table
+from tests.waiting import GENEROUS, wait_until
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -94,11 +101,12 @@ def reschedules(ti_id: Any) -> int:
 
 
 class Writer(threading.Thread):
-    """Commits `action()` once `ready()` holds (checked every 50 ms, for at most 30 s)."""
+    """Commits `action()` once `ready()` holds (checked every 50 ms, for as long as the sensor
+    itself waits)."""
 
-    def __init__(self, ready: Callable[[], bool], action: Callable[[], Any], delay: float = 0):
+    def __init__(self, ready: Callable[[], bool], action: Callable[[], Any]):
         super().__init__(daemon=True)
-        self.ready, self.action, self.delay = ready, action, delay
+        self.ready, self.action = ready, action
         self.error: BaseException | None = None
         self.done_at: float | None = None
 
@@ -112,29 +120,40 @@ class Writer(threading.Thread):
 
     def run(self) -> None:
         try:
-            deadline = time.monotonic() + 30
-            while not self.ready():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the sensor never reached the state the writer waits for")
-                time.sleep(0.05)
-            time.sleep(self.delay)
+            wait_until(
+                self.ready,
+                timeout=SENSOR_TIMEOUT,
+                message="the sensor never reached the state the writer waits for",
+            )
             self.action()
             self.done_at = time.monotonic()
         except BaseException as exc:  # reported by the test through `check()`
             self.error = exc
 
     def check(self) -> None:
-        self.join(10)
+        self.join(GENEROUS)
         assert self.error is None, self.error
         assert self.done_at is not None, "the writer never committed"
 
 
-def ti_state_is(dag_id: str, state: str) -> Callable[[], bool]:
-    def ready() -> bool:
-        ti = running_ti(dag_id)
-        return ti is not None and ti.state == state
+@pytest.fixture
+def sensor_misses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Versions seen by the sensor's pokes that did not find what it waits for, in order.
 
-    return ready
+    A poke runs after the baseline is resolved: a commit made once this is not empty is one
+    the sensor must see (the task runs in this process under `dag.test()`).
+    """
+    misses: list[int] = []
+    poll = sensor_module.poll_table_version
+
+    def recording_poll(*args: Any, **kwargs: Any) -> Any:
+        check = poll(*args, **kwargs)
+        if not check.done:
+            misses.append(check.version)
+        return check
+
+    monkeypatch.setattr(sensor_module, "poll_table_version", recording_poll)
+    return misses
 
 
 def asset_extras(dag_run: Any) -> list[dict[str, Any]]:
@@ -173,9 +192,9 @@ def assert_found(dag_run: Any, table: str, version: int, baseline: int, recreate
 
 @pytest.mark.usefixtures("airflow_db")
 class TestSensorRuns:
-    def test_poke_mode_sees_a_concurrent_commit(self) -> None:
+    def test_poke_mode_sees_a_concurrent_commit(self, sensor_misses: list[int]) -> None:
         uri, log = fresh_table("poke")
-        writer = Writer(ti_state_is("s_poke", "running"), lambda: append(log), delay=1.0)
+        writer = Writer(lambda: bool(sensor_misses), lambda: append(log))
         writer.start()
         dag_run = run_dag("s_poke", uri)
         writer.check()
@@ -259,17 +278,19 @@ class TestSensorRuns:
         writer.check()
         assert_found(dag_run, uri, version=0, baseline=-1)
 
-    def test_target_version_waits_past_newer_versions(self) -> None:
+    def test_target_version_waits_past_newer_versions(self, sensor_misses: list[int]) -> None:
         uri, log = fresh_table("target", versions=3)  # at 2: newer than the baseline, not target
-        writer = Writer(ti_state_is("s_poke", "running"), lambda: append(log), delay=1.0)
+        writer = Writer(lambda: bool(sensor_misses), lambda: append(log))
         writer.start()
         dag_run = run_dag("s_poke", uri, baseline=0, target=3)
         writer.check()
         assert_found(dag_run, uri, version=3, baseline=0)
 
-    def test_baseline_is_the_version_the_previous_successful_run_saw(self) -> None:
+    def test_baseline_is_the_version_the_previous_successful_run_saw(
+        self, sensor_misses: list[int]
+    ) -> None:
         uri, log = fresh_table("previous")
-        writer = Writer(ti_state_is("s_poke", "running"), lambda: append(log), delay=1.0)
+        writer = Writer(lambda: bool(sensor_misses), lambda: append(log))
         writer.start()
         first = run_dag("s_poke", uri)
         writer.check()
@@ -380,7 +401,7 @@ def test_trigger_serialize_round_trips() -> None:
     }
 
 
-def first_event(trigger: DeltaTableVersionTrigger, timeout: float = 10) -> dict[str, Any]:
+def first_event(trigger: DeltaTableVersionTrigger, timeout: float = GENEROUS) -> dict[str, Any]:
     """Run the trigger's async `run()` until its first event; the payload."""
 
     async def main() -> dict[str, Any]:
@@ -419,7 +440,7 @@ def test_trigger_run_keeps_polling_below_the_target_and_while_there_is_no_table(
         await asyncio.sleep(0.2)
         assert not waiting.done()  # at 1, below the target
         await asyncio.to_thread(append, log)
-        return (await asyncio.wait_for(waiting, 5)).payload
+        return (await asyncio.wait_for(waiting, GENEROUS)).payload
 
     payload = asyncio.run(main())
     assert payload["status"] == "success"

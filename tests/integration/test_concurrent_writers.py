@@ -35,6 +35,10 @@ from tests.integration.writers_procs import (
     run_workers,
 )
 
+#: Several processes each: the workers get `run_workers`' generous deadline, and the test a
+#: pytest timeout above it (the default 300 s is too short on a loaded two-core machine).
+pytestmark = pytest.mark.timeout(900)
+
 COMMIT_NAME = re.compile(r"^\d{20}\.json$")
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.string())])
 

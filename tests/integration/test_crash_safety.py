@@ -30,6 +30,7 @@ import pyarrow as pa
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.snapshot import Snapshot
 from tests.integration.writers_procs import crash_writer
+from tests.waiting import GENEROUS
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.string())])
 COMMIT_NAME = re.compile(r"^(\d{20})\.json$")
@@ -58,13 +59,13 @@ class Writer:
             target=crash_writer, args=(uri, seed, str(journal), str(markers), parts), daemon=True
         )
         self.proc.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + GENEROUS  # the forkserver's first start imports
         while not (markers.exists() and markers.read_bytes().startswith(b"ready\n")):
             assert self.proc.is_alive(), f"writer died: {self.lines()}"
-            assert time.monotonic() < deadline, "writer did not start within 30 s"
+            assert time.monotonic() < deadline, f"writer did not start within {GENEROUS} s"
             time.sleep(0.002)
 
-    def wait_for(self, pattern: str, timeout: float = 20) -> None:
+    def wait_for(self, pattern: str, timeout: float = GENEROUS) -> None:
         """Wait (spinning, to react within microseconds) for a marker line matching `pattern`."""
         deadline = time.monotonic() + timeout
         regex = re.compile(("^" + pattern).encode(), re.MULTILINE)

@@ -10,6 +10,7 @@ killed, and leaves markers in a file saying how far it got.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -23,11 +24,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation, SetTransaction
+from tests.waiting import wait_until
 
 APPEND = Operation("WRITE", {"mode": "Append"})
 #: Schema of the tables both engines append to: what deltalake writes for `small_table`.
 MIXED_SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string()), ("seq", pa.int64())])
-BARRIER_TIMEOUT = 120
+#: Seconds a worker waits at the barrier for the others (still starting: a spawned Python
+#: importing the engine takes a while on a loaded machine).
+BARRIER_TIMEOUT = 600
+#: Seconds `run_workers` gives all its workers together, start-up included. Generous: it only
+#: turns a hang into a failure (tests using it have a pytest timeout above it).
+WORKERS_TIMEOUT = 600
 
 
 def small_table(who: str, seq: int) -> pa.Table:
@@ -63,7 +70,7 @@ def _entry(
 
 
 def run_workers(
-    jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], timeout: float = 150
+    jobs: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], timeout: float = WORKERS_TIMEOUT
 ) -> list[Any]:
     """Run each `fn(barrier, *args)` in its own spawned process; their results, in order.
 
@@ -79,16 +86,24 @@ def run_workers(
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
-    errors: list[str] = []
+    errors: dict[int, str] = {}
     deadline = time.monotonic() + timeout
     try:
         while len(results) + len(errors) < len(jobs):
             try:
                 idx, status, value = queue.get(timeout=1)
             except Exception:  # queue.Empty
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead and queue.empty():
-                    time.sleep(1)  # a result may still be in flight
+                # A worker that exited without an answer died (a worker may also end badly
+                # after it answered: deltalake can abort at exit).
+                dead = [
+                    p
+                    for i, p in enumerate(procs)
+                    if i not in results and i not in errors and p.exitcode not in (None, 0)
+                ]
+                if dead:
+                    # its answer is written before it exits: give the queue a moment to show it
+                    with contextlib.suppress(TimeoutError):
+                        wait_until(lambda: not queue.empty(), timeout=10)
                     if queue.empty():
                         raise AssertionError(
                             f"worker(s) died: {[(p.pid, p.exitcode) for p in dead]}"
@@ -99,15 +114,15 @@ def run_workers(
             if status == "ok":
                 results[idx] = value
             else:
-                errors.append(f"worker {idx}:\n{value}")
+                errors[idx] = f"worker {idx}:\n{value}"
     finally:
         for p in procs:
-            p.join(timeout=10)
+            p.join(timeout=30)
             if p.is_alive():
                 p.kill()
                 p.join()
     if errors:
-        raise AssertionError("\n".join(errors))
+        raise AssertionError("\n".join(errors[i] for i in sorted(errors)))
     return [results[i] for i in range(len(jobs))]
 
 

@@ -35,7 +35,8 @@ import pytest
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-START_TIMEOUT_S = 120.0
+#: Seconds a server gets to start: generous (JVMs start slowly on a loaded two-core machine).
+START_TIMEOUT_S = 240.0
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

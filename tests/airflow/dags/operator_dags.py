@@ -129,8 +129,12 @@ def _wait_for_all(sync: Path, name: str, me: str, parties: int = 2) -> None:
     if marker.exists():
         return
     marker.touch()
-    deadline = time.monotonic() + 120
-    while len(list(sync.glob(f"{name}.*"))) < parties and time.monotonic() < deadline:
+    # Generous: the other process may still be starting its Spark on a loaded machine. A
+    # party that gave up would run alone and the test would fail on what it checks.
+    deadline = time.monotonic() + 600
+    while len(list(sync.glob(f"{name}.*"))) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"barrier {name!r}: the other party never came (600 s)")
         time.sleep(0.02)
 
 

@@ -20,6 +20,9 @@ from airflow_delta.sensors.version import DeltaTableVersionSensor
 ROOT = Path(os.environ.get("AIRFLOW_DELTA_TEST_ROOT", "/tmp/airflow-delta-test-tables"))
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SENSED = delta_table_asset(str(ROOT / "sensed"))
+#: Seconds a sensor waits for its version: generous, as the tests run on loaded machines (a
+#: test whose writer commits as it should never waits for it); below pytest's 300 s per test.
+SENSOR_TIMEOUT = 180
 
 
 def sensor_dag(dag_id: str, **sensor_kwargs: Any) -> DAG:
@@ -37,7 +40,7 @@ def sensor_dag(dag_id: str, **sensor_kwargs: Any) -> DAG:
             table_uri="{{ params.table }}",
             baseline_version="{{ params.baseline }}",
             target_version="{{ params.target }}",
-            timeout=20,
+            timeout=SENSOR_TIMEOUT,
             retries=1,
             retry_delay=dt.timedelta(0),
             outlets=[SENSED],
