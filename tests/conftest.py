@@ -81,6 +81,20 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.wait()
 
 
+def s3_client(options: dict[str, str]):
+    """A boto3 S3 client for the delta-rs style storage `options` of `s3_bucket`: a view of
+    the bucket independent of the engine's s3fs."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=options["AWS_ENDPOINT_URL"],
+        region_name=options["AWS_REGION"],
+        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
 @pytest.fixture
 def s3_bucket(s3_endpoint: str) -> tuple[str, dict[str, str]]:
     """A new empty bucket and delta-rs style storage options that reach it."""

@@ -23,10 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.errors import UnsupportedStorageError
-from airflow_delta.engine.paths import FileLocation, resolve_path
-
-#: URI schemes that name the same fsspec filesystem as another one.
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "local": "file"}
+from airflow_delta.engine.paths import FileLocation, canonical_scheme, resolve_path
 
 ArrowColumn = pa.Array | pa.ChunkedArray
 
@@ -47,10 +44,10 @@ def can_open(fs: Any, location: FileLocation) -> bool:
     """Whether the fsspec filesystem `fs` opens the file at `location` by its `fs_path`."""
     protocol = fs.protocol
     protocols = {protocol} if isinstance(protocol, str) else set(protocol)
-    protocols |= {_SCHEME_ALIASES.get(p, p) for p in protocols}
+    protocols |= {canonical_scheme(p) for p in protocols}
     if location.scheme == "file":
         return location.authority == "" and "file" in protocols
-    return _SCHEME_ALIASES.get(location.scheme, location.scheme) in protocols
+    return canonical_scheme(location.scheme) in protocols
 
 
 def fs_path(

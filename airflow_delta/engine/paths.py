@@ -24,8 +24,17 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
-#: Schemes that name one filesystem.
-_ALIASES = {"s3a": "s3", "s3n": "s3", "": "file"}
+#: Schemes (and fsspec protocols) that name one filesystem.
+_ALIASES = {"s3a": "s3", "s3n": "s3", "": "file", "local": "file"}
+
+
+def canonical_scheme(scheme: str) -> str:
+    """The one name of a filesystem's URI scheme or fsspec protocol (`s3a` -> `s3`).
+
+    >>> canonical_scheme("s3a")
+    's3'
+    """
+    return _ALIASES.get(scheme, scheme)
 
 
 @dataclass(frozen=True)
@@ -50,8 +59,8 @@ class FileLocation:
 
     def same_filesystem(self, other: FileLocation) -> bool:
         """Whether both live on one filesystem (`s3a://b` and `s3://b` do)."""
-        return (_ALIASES.get(self.scheme, self.scheme), self.authority) == (
-            _ALIASES.get(other.scheme, other.scheme),
+        return (canonical_scheme(self.scheme), self.authority) == (
+            canonical_scheme(other.scheme),
             other.authority,
         )
 

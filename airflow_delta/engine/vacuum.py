@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.columnar import scalar
+from airflow_delta.engine.columnar import array_from_pylist, scalar
 from airflow_delta.engine.errors import CorruptLogError, DeltaError, DeltaProtocolError
 from airflow_delta.engine.features import (
     CHECKPOINT_WRITER_FEATURES,
@@ -164,21 +164,24 @@ def _referenced(table: str, root: FileLocation, snapshot: Snapshot, cutoff: int)
     removed_at = pc.fill_null(tombstones.field("deletionTimestamp"), scalar(0, pa.int64()))
     tombstones = tombstones.filter(pc.greater_equal(removed_at, scalar(cutoff, pa.int64())))
     referenced: set[str] = set()
+    dv_paths: list[str] = []
     for files in (snapshot.files(), tombstones):
         referenced.update(referenced_keys(root, files.field("path")))
         dvs = files.field("deletionVector")
-        if dvs.null_count != len(dvs):
-            for dv in dvs.to_pylist():
-                try:
-                    dv_path = dv and deletion_vector_path(dv["storageType"], dv["pathOrInlineDv"])
-                except ValueError as exc:
-                    raise CorruptLogError(
-                        f"Cannot vacuum table {table}: the deletion vector {dv} does not name a "
-                        f"file ({exc}), so vacuum cannot tell which files it needs. Repair the "
-                        "log entry first."
-                    ) from None
-                if dv_path:
-                    referenced.update(referenced_keys(root, pa.array([dv_path], pa.string())))
+        if dvs.null_count == len(dvs):
+            continue
+        for dv in dvs.drop_null().to_pylist():
+            try:
+                dv_path = deletion_vector_path(dv["storageType"], dv["pathOrInlineDv"])
+            except ValueError as exc:
+                raise CorruptLogError(
+                    f"Cannot vacuum table {table}: the deletion vector {dv} does not name a "
+                    f"file ({exc}), so vacuum cannot tell which files it needs. Repair the "
+                    "log entry first."
+                ) from None
+            if dv_path:
+                dv_paths.append(dv_path)
+    referenced.update(referenced_keys(root, array_from_pylist(dv_paths, pa.string())))
     return referenced
 
 

@@ -45,6 +45,7 @@ from airflow_delta.triggers.version import (
 from tests.airflow.conftest import TABLES_ROOT, load_dag
 from tests.airflow.dags.sensor_dags import SENSOR_TIMEOUT
 from tests.airflow.metadata import asset_events, xcoms
+from tests.conftest import s3_client
 from tests.unit.txn_helpers import append, new_table
 from tests.waiting import GENEROUS, wait_until
 
@@ -491,7 +492,6 @@ def test_trigger_reads_the_storage_options_of_its_connection(
 def test_poll_and_trigger_on_s3_see_commits_of_other_writers(
     tmp_path: Path, s3_bucket: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import boto3
 
     from airflow_delta.engine.log_store import get_log_store
     from tests.unit.delta_log_builder import commit_info, make_table
@@ -503,13 +503,7 @@ def test_poll_and_trigger_on_s3_see_commits_of_other_writers(
         store.write(store.join(root, str(path.relative_to(tmp_path / "t"))), path.read_bytes())
     log = DeltaLog.for_table(uri, options)
     assert current_version(log) == 4
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=options["AWS_ENDPOINT_URL"],
-        region_name=options["AWS_REGION"],
-        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
-    )
+    s3 = s3_client(options)
     for version in (5, 6, 7):  # another writer, not through this s3fs instance
         body = json.dumps(commit_info("OPTIMIZE")) + "\n"
         s3.put_object(Bucket=bucket, Key=f"t/_delta_log/{version:020d}.json", Body=body.encode())

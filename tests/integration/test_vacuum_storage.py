@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
 from airflow_delta.engine.vacuum import vacuum
+from tests.conftest import s3_client
 from tests.unit.test_vacuum import SCHEMA as PARTITIONED_SCHEMA
 
 DAY_MS = 86_400_000
@@ -59,16 +60,9 @@ class Storage:
 def storage(request, tmp_path) -> Storage:
     if request.param == "local":
         return Storage("local", str(tmp_path), {})
-    import boto3
 
     bucket, options = request.getfixturevalue("s3_bucket")
-    client = boto3.client(
-        "s3",
-        endpoint_url=options["AWS_ENDPOINT_URL"],
-        region_name=options["AWS_REGION"],
-        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
-    )
+    client = s3_client(options)
     return Storage("s3", f"s3://{bucket}", options, client)
 
 

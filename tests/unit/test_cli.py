@@ -25,6 +25,7 @@ from deltalake import DeltaTable, write_deltalake
 import airflow_delta
 from airflow_delta import cli, provider
 from airflow_delta.cli import main
+from tests.conftest import s3_client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path("/work/shared/golden/tables")
@@ -425,17 +426,10 @@ def test_help_exits_0(run: Run) -> None:
 @needs_golden
 @pytest.mark.s3
 def test_s3_with_storage_options(run: Run, s3_bucket: tuple[str, dict[str, str]]) -> None:
-    import boto3
 
     bucket, options = s3_bucket
     source = GOLDEN / "delta-rs__delta-0.8.0"
-    client = boto3.client(
-        "s3",
-        endpoint_url=options["AWS_ENDPOINT_URL"],
-        region_name=options["AWS_REGION"],
-        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
-    )
+    client = s3_client(options)
     for f in source.rglob("*"):
         if f.is_file():
             client.upload_file(str(f), bucket, f"t/{f.relative_to(source).as_posix()}")
