@@ -365,39 +365,26 @@ class S3LogStore(FsspecLogStore):
         One uncached `ListObjectsV2` per page, starting after `start_name` minus its last
         character (StartAfter is exclusive), so older files are not listed at all.
         """
-        bucket, key, _ = self.fs.split_path(dir_path)
-        prefix = key.strip("/") + "/" if key.strip("/") else ""
-        kwargs: dict[str, Any] = {
-            "Bucket": bucket,
-            "Prefix": prefix,
-            "Delimiter": "/",
-            "MaxKeys": self.page_size,
-        }
-        if start_name:
-            kwargs["StartAfter"] = prefix + start_name[:-1]
-        out = []
-        while True:
-            try:
-                page = self.fs.call_s3("list_objects_v2", **kwargs)
-            except FileNotFoundError:  # no such bucket
-                return []
-            for obj in page.get("Contents", []):
-                name = obj["Key"][len(prefix) :]
-                if name and name >= start_name:
-                    mtime = _to_ms(obj["LastModified"])
-                    out.append(FileStatus(f"{bucket}/{obj['Key']}", name, obj["Size"], mtime))
-            if not page.get("IsTruncated"):
-                break
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
-        out.sort(key=lambda f: f.name)
-        return out
+        listed = self._list_objects(dir_path, delimiter=True, start_name=start_name)
+        return sorted((f for f in listed if f.name >= start_name), key=lambda f: f.name)
 
     def list_recursive(self, root: str) -> Iterator[FileStatus]:
         """Every object whose key starts with `root/`: one flat `ListObjectsV2` per page, keys
         taken literally (`a//b` and `x[1]` are keys like any other)."""
-        bucket, key, _ = self.fs.split_path(root)
+        return self._list_objects(root, delimiter=False)
+
+    def _list_objects(
+        self, dir_path: str, delimiter: bool, start_name: str = ""
+    ) -> Iterator[FileStatus]:
+        """The objects under `dir_path/` (directly under it with `delimiter`), page by page,
+        each named by its key relative to `dir_path`; nothing when the bucket is missing."""
+        bucket, key, _ = self.fs.split_path(dir_path)
         prefix = key.strip("/") + "/" if key.strip("/") else ""
         kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": self.page_size}
+        if delimiter:
+            kwargs["Delimiter"] = "/"
+        if start_name:
+            kwargs["StartAfter"] = prefix + start_name[:-1]
         while True:
             try:
                 page = self.fs.call_s3("list_objects_v2", **kwargs)
