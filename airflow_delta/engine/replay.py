@@ -180,11 +180,14 @@ def _may_hold_escapes(strings: pa.Array) -> bool:
 def canonicalize_paths(paths: pa.Array) -> pa.Array:
     """Paths in canonical form: `file:` scheme dropped and percent-escapes decoded.
 
-    So `file:/a/b%20c`, `file:///a/b%20c` and `/a/b c` are one file. Decoding is done once per
-    distinct directory and only for file names that contain an escape, never per file.
+    So `file:/a/b%20c`, `file:///a/b%20c`, `file://localhost/a/b%20c` and `/a/b c` are one
+    file (as `paths.resolve_path` reads them). Decoding is done once per distinct directory and
+    only for file names that contain an escape, never per file.
     """
     if pc.any(pc.starts_with(paths, "file:")).as_py():
-        paths = pc.replace_substring_regex(paths, pattern="^file:(//)?/", replacement="/")
+        paths = pc.replace_substring_regex(
+            paths, pattern="^file:(//(localhost)?)?/", replacement="/"
+        )
     if not _may_hold_escapes(paths):
         return paths
     dirs = pc.replace_substring_regex(paths, pattern="[^/]*$", replacement="").dictionary_encode()

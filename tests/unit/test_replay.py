@@ -37,6 +37,11 @@ def test_canonical_paths_ignore_file_scheme_and_escapes() -> None:
     assert canonicalize_paths(raw).to_pylist() == ["/t/a b", "/t/a b", "/t/a b", "d=1/x", "rel/y"]
 
 
+def test_file_uris_of_localhost_are_the_local_file() -> None:
+    raw = pa.array(["file://localhost/t/a%20b", "/t/a b"])
+    assert canonicalize_paths(raw).to_pylist() == ["/t/a b", "/t/a b"]
+
+
 def test_remove_in_a_later_version_cancels_an_add_in_canonical_form(tmp_path) -> None:
     make_table(tmp_path, 2)
     write_commit(tmp_path, 2, [add("/abs/dir%20x/f.parquet")])
