@@ -293,11 +293,20 @@ class Snapshot:
 
     def missing_data_file(self, path: str) -> CorruptLogError:
         """The error for an active file of this version that is not in storage."""
+        hint = ""
+        if path.startswith("/") and not path.startswith("//"):
+            hint = (
+                " The path starts with '/' and has no scheme: by the protocol (an absolute-path "
+                "URI reference) it names that file on the table's filesystem, not a file under "
+                "the table root. DuckDB's delta writer (whose readers, like delta-rs, resolve "
+                "it under the root) writes such paths for files it puts at the root; rewrite "
+                "those files with another engine."
+            )
         return CorruptLogError(
             f"Table {self.table_uri} version {self.version}: the data file {path} is missing "
             "(deleted by a VACUUM with too short a retention, or the table was copied without "
             "it). Restore the file from a backup, or read or write a version that does not "
-            "reference it."
+            f"reference it.{hint}"
         )
 
     def __repr__(self) -> str:

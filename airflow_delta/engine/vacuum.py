@@ -192,8 +192,11 @@ _ODD_SEGMENT = r"(^|/)\.{1,2}(/|$)|//"
 
 def referenced_keys(root: FileLocation, paths: pa.Array) -> set[str]:
     """The keys under `root` (relative, in its filesystem's terms) that the log `paths` name,
-    resolved by `resolve_path`. A path with an empty segment (`a//b`) protects both its literal
-    key and the key with the segment collapsed, which is the file Hadoop-based readers open.
+    resolved by `resolve_path`. Where other engines read a path another way, every reading is
+    protected: a path with an empty segment (`a//b`) protects its literal key and the key with
+    the segment collapsed (the file Hadoop-based readers open); an absolute-path reference
+    without a scheme (`/x.parquet`, as DuckDB's writer puts its files at the table root)
+    protects the file it names and the file under the root (where delta-rs and DuckDB read it).
     Plain relative paths (most of them) are taken as they are, without per-path work.
     """
     paths = paths.drop_null() if paths.null_count else paths
@@ -203,8 +206,15 @@ def referenced_keys(root: FileLocation, paths: pa.Array) -> set[str]:
     )
     keys = set(paths.filter(plain).to_pylist())
     for path in paths.filter(pc.invert(plain)).to_pylist():
-        location = resolve_path(root, path)
-        for candidate in {location, replace(location, path=re.sub("/{2,}", "/", location.path))}:
+        locations = [resolve_path(root, path)]
+        if path.startswith("/") and not path.startswith("//"):
+            locations.append(resolve_path(root, path.lstrip("/")))
+        candidates = {
+            spelling
+            for location in locations
+            for spelling in (location, replace(location, path=re.sub("/{2,}", "/", location.path)))
+        }
+        for candidate in candidates:
             key = relative_key(root, candidate)
             if key is not None:
                 keys.add(key)

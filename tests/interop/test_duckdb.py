@@ -1,0 +1,93 @@
+"""DuckDB's delta extension (built on delta-kernel-rs, a third Delta implementation) as an
+independent reader and writer.
+
+Its writer records a file it puts at the table root as `/duckdb-<uuid>.parquet`: an
+absolute-path URI reference, which by the protocol names a file at the root of the filesystem,
+while delta-rs and DuckDB itself read it under the table root. This engine reads the path the
+protocol's way and says so when the file is missing; vacuum keeps both readings.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from airflow_delta.engine import AddFile, DeltaLog, Operation
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.vacuum import vacuum
+
+duckdb = pytest.importorskip("duckdb")
+DAY_MS = 86_400_000
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+def _connect():
+    import duckdb_ext
+
+    ext = next(Path(next(iter(duckdb_ext.__path__))).glob("extensions/v*/*/delta.duckdb_extension"))
+    con = duckdb.connect()
+    con.execute("SET autoinstall_known_extensions=false; SET autoload_known_extensions=false")
+    con.execute(f"LOAD '{ext}'")
+    return con
+
+
+def _duckdb_insert(table: Path, rows: int) -> None:
+    con = _connect()
+    con.execute(f"ATTACH '{table}' AS t (TYPE delta)")
+    con.execute(f"INSERT INTO t SELECT range AS id, 'v' || range AS v FROM range({rows})")
+    con.close()
+
+
+def _duckdb_count(table: Path) -> int:
+    return _connect().execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone()[0]
+
+
+def test_vacuum_keeps_the_files_duckdb_wrote(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    log = DeltaLog.create_table(str(table), SCHEMA)
+    _duckdb_insert(table, 5)
+    [written] = [f.path for f in log.update().all_files()]
+    assert written.startswith("/duckdb-")  # the writer's habit this test is about
+    (table / "orphan.parquet").write_bytes(b"PAR1")
+
+    result = vacuum(log, now_ms=int(time.time() * 1000) + 30 * DAY_MS)
+
+    assert result.files_deleted == ["orphan.parquet"]
+    assert (table / written.lstrip("/")).exists()
+    assert _duckdb_count(table) == 5
+
+
+def test_a_root_path_of_duckdb_is_read_the_protocol_way_with_a_clear_error(tmp_path) -> None:
+    from airflow_delta.engine.merge import merge_arrow
+
+    table = tmp_path / "t"
+    DeltaLog.create_table(str(table), SCHEMA)
+    _duckdb_insert(table, 3)
+    source = pa.table({"id": pa.array([1], pa.int64()), "v": ["new"]})
+
+    with pytest.raises(
+        CorruptLogError, match=r"version 1: the data file /duckdb-.*starts with '/'"
+    ):
+        merge_arrow(str(table), source, "t.id = s.id").when_matched_update_all().execute()
+
+
+def test_duckdb_reads_and_appends_to_a_table_this_engine_wrote(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t"
+    log = DeltaLog.create_table(str(table), SCHEMA)
+    pq.write_table(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=SCHEMA), table / "p0.parquet")
+    size = (table / "p0.parquet").stat().st_size
+    stats = '{"numRecords": 2}'
+    log.start_transaction().commit(
+        [AddFile("p0.parquet", {}, size, 0, stats=stats)], Operation("WRITE")
+    )
+    log.checkpoint()
+
+    assert _duckdb_count(table) == 2
+    _duckdb_insert(table, 4)
+    assert _duckdb_count(table) == 6
+    assert log.update().num_records == 6
