@@ -142,7 +142,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_files(args: argparse.Namespace) -> int:
     """Print one JSON line per active file of the table at a version (latest by default)."""
-    from airflow_delta.engine.actions import stats_num_records
+    from airflow_delta.engine.protocol.actions import stats_num_records
 
     snapshot = _delta_log(args).snapshot_at(version=args.version)
     files = snapshot.files()
@@ -178,7 +178,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def cmd_vacuum(args: argparse.Namespace) -> int:
     """Delete (or with --dry-run list) the data files no retained version references."""
-    from airflow_delta.engine.vacuum import vacuum
+    from airflow_delta.engine.commands.vacuum import vacuum
 
     result = vacuum(
         _delta_log(args),

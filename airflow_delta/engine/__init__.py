@@ -3,7 +3,10 @@
 Pure Python on pyarrow and fsspec; it never imports Spark or Airflow.
 """
 
-from airflow_delta.engine.actions import (
+from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.log.checkpoints import CheckpointResult
+from airflow_delta.engine.log.snapshot import LogSegment, Snapshot
+from airflow_delta.engine.protocol.actions import (
     AddCDCFile,
     AddFile,
     CommitInfo,
@@ -15,11 +18,8 @@ from airflow_delta.engine.actions import (
     RemoveFile,
     SetTransaction,
 )
-from airflow_delta.engine.checkpoints import CheckpointResult
-from airflow_delta.engine.conflicts import IsolationLevel
-from airflow_delta.engine.delta_log import DeltaLog
-from airflow_delta.engine.snapshot import LogSegment, Snapshot
-from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.conflicts import IsolationLevel
+from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
 
 __all__ = [
     "AddCDCFile",

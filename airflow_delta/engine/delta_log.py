@@ -12,17 +12,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_delta.engine import filenames
-from airflow_delta.engine.actions import CommitInfo, Metadata, Operation
-from airflow_delta.engine.checkpoints import (
-    DEFAULT_CHECKPOINT_PART_SIZE,
-    CheckpointResult,
-    checkpoint_pieces,
-    read_checkpoint,
-    read_last_checkpoint,
-    write_checkpoint,
-)
-from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import (
     CorruptLogError,
     DeltaConcurrentModificationException,
@@ -30,13 +19,24 @@ from airflow_delta.engine.errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
-from airflow_delta.engine.features import check_checkpoint_support
-from airflow_delta.engine.log_json import parse_json
-from airflow_delta.engine.log_store import FileStatus, get_log_store
-from airflow_delta.engine.replay import parse_log_batch
-from airflow_delta.engine.schema import schema_to_json
-from airflow_delta.engine.snapshot import LogSegment, Snapshot, build_log_segment
-from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.log.checkpoints import (
+    DEFAULT_CHECKPOINT_PART_SIZE,
+    CheckpointResult,
+    checkpoint_pieces,
+    read_checkpoint,
+    read_last_checkpoint,
+    write_checkpoint,
+)
+from airflow_delta.engine.log.log_store import FileStatus, get_log_store
+from airflow_delta.engine.log.replay import parse_log_batch
+from airflow_delta.engine.log.snapshot import LogSegment, Snapshot, build_log_segment
+from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.actions import CommitInfo, Metadata, Operation
+from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.features import check_checkpoint_support
+from airflow_delta.engine.protocol.log_json import parse_json
+from airflow_delta.engine.protocol.schema import schema_to_json
+from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
 
 log = logging.getLogger(__name__)
 

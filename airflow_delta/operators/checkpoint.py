@@ -72,8 +72,11 @@ class DeltaCheckpointOperator(BaseOperator):
         return DeltaHook(self.delta_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_delta.engine.post_commit import cleanup_expired_logs, generate_symlink_manifest
-        from airflow_delta.engine.vacuum import vacuum
+        from airflow_delta.engine.commands.vacuum import vacuum
+        from airflow_delta.engine.txn.post_commit import (
+            cleanup_expired_logs,
+            generate_symlink_manifest,
+        )
 
         delta_log = self.hook.get_delta_log(self.table_uri)
         snapshot = delta_log.update()

@@ -34,11 +34,11 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseOperator
 
 from airflow_delta.assets import delta_table_asset, table_asset_uri
-from airflow_delta.engine.actions import SetTransaction
+from airflow_delta.engine.commands.merge import arrow_table
 from airflow_delta.engine.errors import DeltaConcurrentModificationException
-from airflow_delta.engine.merge import arrow_table
-from airflow_delta.engine.post_commit import POST_COMMIT_HOOKS
-from airflow_delta.engine.transaction import CommitProperties
+from airflow_delta.engine.protocol.actions import SetTransaction
+from airflow_delta.engine.txn.post_commit import POST_COMMIT_HOOKS
+from airflow_delta.engine.txn.transaction import CommitProperties
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:

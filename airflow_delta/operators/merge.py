@@ -10,7 +10,7 @@ from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_delta.engine.transaction import CommitProperties
+    from airflow_delta.engine.txn.transaction import CommitProperties
     from airflow_delta.operators.commit import SparkOnDemand
     from airflow_delta.spark.merge import DeltaMergeBuilder
 

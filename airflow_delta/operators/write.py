@@ -10,7 +10,7 @@ from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator, i
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_delta.engine.transaction import CommitProperties
+    from airflow_delta.engine.txn.transaction import CommitProperties
     from airflow_delta.operators.commit import SparkOnDemand
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")

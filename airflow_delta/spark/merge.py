@@ -26,7 +26,7 @@ is evaluated several times (pruning values, the two joins, the row count): it mu
 deterministic. Only DataFrame APIs are used, so a Spark Connect session works too.
 
 The source may also be Arrow data (a pyarrow Table, RecordBatchReader, or anything exporting an
-Arrow stream): the MERGE then runs in this process on pyarrow (`engine/merge.py`), with no
+Arrow stream): the MERGE then runs in this process on pyarrow (`engine/commands/merge.py`), with no
 Spark job, when the engine's executor takes it, and on Spark otherwise (the Arrow table becomes
 a DataFrame of the active or a default local session). A DataFrame source of a `local[...]`
 session whose size Spark estimates at `IN_PROCESS_SOURCE_BYTES` (a Spark conf, 64 MiB by
@@ -50,9 +50,7 @@ from pyspark.sql import types as T
 from pyspark.sql.types import StructField
 
 from airflow_delta.engine import CommitProperties, OptimisticTransaction
-from airflow_delta.engine.actions import Action, stats_num_records
-from airflow_delta.engine.errors import DeltaError
-from airflow_delta.engine.merge import (
+from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
     NOT_MATCHED,
@@ -64,6 +62,8 @@ from airflow_delta.engine.merge import (
     _quote,
     arrow_table,
 )
+from airflow_delta.engine.errors import DeltaError
+from airflow_delta.engine.protocol.actions import Action, stats_num_records
 from airflow_delta.spark.read import _TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import _NUMERIC_ORDER, write_files
 

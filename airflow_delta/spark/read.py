@@ -31,7 +31,7 @@ Storage: local tables are read through `file:` URIs. Spark here has no `s3a`; an
 read only when the session configures a Hadoop filesystem for it (`spark.hadoop.fs.<scheme>.impl`,
 for example `spark.hadoop.fs.s3.impl=org.apache.hadoop.fs.s3a.S3AFileSystem` for `s3://` tables),
 else `UnsupportedStorageError` is raised. The log itself is always read by the engine (fsspec).
-A file's log path resolves through `engine.paths.resolve_path`, as every engine reader does
+A file's log path resolves through `engine.protocol.paths.resolve_path`, as every engine reader does
 (relative and URL-encoded, `/abs` absolute-path references on the root's scheme and authority,
 URIs); a `file:` URI of another host, and an object key with an empty segment (which Hadoop's
 `Path` collapses), are refused with `UnsupportedStorageError` too.
@@ -54,14 +54,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_delta.engine.data_reader import fs_path
+from airflow_delta.engine.commands.data_reader import fs_path
 from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
-from airflow_delta.engine.features import LOG_READER_FEATURES, reader_features
-from airflow_delta.engine.paths import FileLocation, resolve_path, table_root
-from airflow_delta.engine.predicates import parse_predicates
-from airflow_delta.engine.schema import partition_values_to_arrow, schema_from_json
-from airflow_delta.engine.snapshot import Snapshot
+from airflow_delta.engine.expressions.predicates import parse_predicates
+from airflow_delta.engine.log.snapshot import Snapshot
+from airflow_delta.engine.protocol.features import LOG_READER_FEATURES, reader_features
+from airflow_delta.engine.protocol.paths import FileLocation, resolve_path, table_root
+from airflow_delta.engine.protocol.schema import partition_values_to_arrow, schema_from_json
 from airflow_delta.spark import deletion_vectors as dvs
 
 #: Reader features this data plane honours: every one the engine replays (variant shredding

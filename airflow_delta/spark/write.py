@@ -4,10 +4,10 @@
 checks the table's constraints (NOT NULL, `delta.invariants`, CHECK `delta.constraints.*`) and
 any extra ones (a replaceWhere predicate) with one Spark SQL CASE column, and writes the rows
 from the executors in a single `mapInArrow` job. Each task writes its own files through the
-engine's `DataFileWriter` (`engine/data_files.py`: Hive-style partition directories, files rolled
-at the target size, Delta stats computed in the same pass) and returns one row per file. The
-driver only collects those rows: no driver-side filesystem access and no SparkContext or RDD,
-so a local session, a standalone cluster and Spark Connect behave alike.
+engine's `DataFileWriter` (`engine/commands/data_files.py`: Hive-style partition directories,
+files rolled at the target size, Delta stats computed in the same pass) and returns one row per
+file. The driver only collects those rows: no driver-side filesystem access and no SparkContext
+or RDD, so a local session, a standalone cluster and Spark Connect behave alike.
 
 `write_delta` runs a whole write (append, overwrite, replaceWhere, dynamic partition overwrite,
 error/ignore, schema merge/overwrite, idempotent writes) as one commit of the engine.
@@ -32,8 +32,7 @@ from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_delta.engine.actions import AddFile, Metadata, Operation, SetTransaction
-from airflow_delta.engine.data_files import (
+from airflow_delta.engine.commands.data_files import (
     DEFAULT_TARGET_FILE_SIZE,
     FILE_ROW_SCHEMA,
     DataFileWriter,
@@ -47,11 +46,12 @@ from airflow_delta.engine.errors import (
     DeltaError,
     TableAlreadyExistsError,
 )
-from airflow_delta.engine.features import check_writer_support
-from airflow_delta.engine.schema import (
+from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation, SetTransaction
+from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.protocol.schema import (
     delta_field_metadata,
 )
-from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
 from airflow_delta.spark.read import physical_name, plain_type
 
 _VIOLATION_COLUMN = "__airflow_delta_violation__"

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_delta.engine import filenames
-from airflow_delta.engine.checkpoints import read_last_checkpoint
 from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.log.checkpoints import read_last_checkpoint
+from airflow_delta.engine.protocol import filenames
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:

@@ -493,7 +493,7 @@ def test_poll_and_trigger_on_s3_see_commits_of_other_writers(
     tmp_path: Path, s3_bucket: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
-    from airflow_delta.engine.log_store import get_log_store
+    from airflow_delta.engine.log.log_store import get_log_store
     from tests.unit.delta_log_builder import commit_info, make_table
 
     bucket, options = s3_bucket

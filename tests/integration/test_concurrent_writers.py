@@ -24,8 +24,8 @@ import pyarrow.dataset as pads
 import pytest
 
 from airflow_delta.engine import DeltaLog
-from airflow_delta.engine.log_store import get_log_store
-from airflow_delta.engine.transaction import DEFAULT_MAX_COMMIT_ATTEMPTS
+from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.txn.transaction import DEFAULT_MAX_COMMIT_ATTEMPTS
 from tests.integration.writers_procs import (
     MIXED_SCHEMA,
     deltalake_appends,

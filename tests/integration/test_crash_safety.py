@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from airflow_delta.engine import DeltaLog
-from airflow_delta.engine.snapshot import Snapshot
+from airflow_delta.engine.log.snapshot import Snapshot
 from tests.integration.writers_procs import crash_writer
 from tests.waiting import GENEROUS
 

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError
-from airflow_delta.engine.log_store import get_log_store
+from airflow_delta.engine.log.log_store import get_log_store
 from tests.unit.delta_log_builder import add, make_table, remove, write_commit
 
 pytestmark = pytest.mark.s3
@@ -44,7 +44,7 @@ def test_checkpoint_over_a_checkpoint_streams_from_s3(tmp_path, s3_bucket, monke
     """The old checkpoint's file actions are read through s3fs a few rows at a time."""
     import pyarrow.parquet as pq
 
-    from airflow_delta.engine import checkpoints
+    from airflow_delta.engine.log import checkpoints
 
     monkeypatch.setattr(checkpoints, "READ_BATCH_ROWS", 2)
     bucket, options = s3_bucket
@@ -101,7 +101,7 @@ def test_in_process_merge_on_s3(tmp_path, s3_bucket) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from airflow_delta.engine.merge import merge_arrow
+    from airflow_delta.engine.commands.merge import merge_arrow
 
     bucket, options = s3_bucket
     local = tmp_path / "local"

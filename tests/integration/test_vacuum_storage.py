@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
-from airflow_delta.engine.vacuum import vacuum
+from airflow_delta.engine.commands.vacuum import vacuum
 from tests.conftest import s3_client
 from tests.unit.test_vacuum import SCHEMA as PARTITIONED_SCHEMA
 
@@ -191,7 +191,7 @@ def test_a_stale_writer_on_s3_fails_instead_of_vanishing(s3_bucket) -> None:
     commits below the checkpoint; the stale writer's conditional PUT of version 2 succeeds,
     and the commit is withdrawn with StaleCommitError instead of returning 2."""
     from airflow_delta.engine.errors import StaleCommitError
-    from airflow_delta.engine.post_commit import cleanup_expired_logs
+    from airflow_delta.engine.txn.post_commit import cleanup_expired_logs
 
     bucket, options = s3_bucket
     uri = f"s3://{bucket}/stale"

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
+from airflow_delta.engine.commands.vacuum import vacuum
 from airflow_delta.engine.errors import CorruptLogError
-from airflow_delta.engine.vacuum import vacuum
 
 duckdb = pytest.importorskip("duckdb")
 DAY_MS = 86_400_000
@@ -61,7 +61,7 @@ def test_vacuum_keeps_the_files_duckdb_wrote(tmp_path: Path) -> None:
 
 
 def test_a_root_path_of_duckdb_is_read_the_protocol_way_with_a_clear_error(tmp_path) -> None:
-    from airflow_delta.engine.merge import merge_arrow
+    from airflow_delta.engine.commands.merge import merge_arrow
 
     table = tmp_path / "t"
     DeltaLog.create_table(str(table), SCHEMA)

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_delta.engine import DeltaLog, checkpoints
+from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.log import checkpoints
 from tests.interop.test_deltalake_interop import (
     assert_same,
     batch,

@@ -18,8 +18,8 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_delta.engine import DeltaLog, Operation, OptimisticTransaction
-from airflow_delta.engine.actions import Action
 from airflow_delta.engine.errors import ConcurrentAppendException, CorruptLogError
+from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.spark.merge import (
     DeltaMergeBuilder,
     MultipleSourceRowMatchingTargetRowInMergeError,

@@ -22,8 +22,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.commands.merge import UnsupportedMergeError, merge_arrow
 from airflow_delta.engine.errors import ConstraintViolationError
-from airflow_delta.engine.merge import UnsupportedMergeError, merge_arrow
 from airflow_delta.spark.merge import (
     IN_PROCESS_SOURCE_BYTES,
     DeltaMergeBuilder,

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
+from airflow_delta.engine.commands.merge import merge_arrow
 from airflow_delta.engine.errors import UnsupportedStorageError
-from airflow_delta.engine.merge import merge_arrow
-from airflow_delta.engine.paths import resolve_path, table_root
+from airflow_delta.engine.protocol.paths import resolve_path, table_root
 from airflow_delta.spark.merge import merge_delta
 from airflow_delta.spark.read import read_delta, scan_files
 

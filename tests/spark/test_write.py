@@ -27,8 +27,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_delta.engine import DeltaLog, Operation
 from airflow_delta.engine.errors import DeltaProtocolError, TableAlreadyExistsError
-from airflow_delta.engine.log_store import get_log_store
-from airflow_delta.engine.schema import (
+from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.protocol.schema import (
     DELTA_METADATA_KEY,
     HIVE_DEFAULT_PARTITION,
     parse_partition_value,

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from airflow_delta.engine.actions import (
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.protocol.actions import (
     AddCDCFile,
     AddFile,
     CheckpointMetadata,
@@ -21,7 +22,6 @@ from airflow_delta.engine.actions import (
     parse_actions,
     serialize_actions,
 )
-from airflow_delta.engine.errors import CorruptLogError
 
 LINES = [
     {

@@ -236,7 +236,7 @@ def test_a_device_as_last_checkpoint_is_not_read(tmp_path) -> None:
 
 def test_a_fifo_where_a_winner_commit_is_read_is_a_corrupt_log(tmp_path) -> None:
     """The conflict check reads winners by name, not from a listing."""
-    from airflow_delta.engine.log_store import LocalLogStore
+    from airflow_delta.engine.log.log_store import LocalLogStore
 
     _fifo_or_skip(tmp_path / "fifo")
     with pytest.raises(CorruptLogError, match="not a regular file"):
@@ -244,7 +244,7 @@ def test_a_fifo_where_a_winner_commit_is_read_is_a_corrupt_log(tmp_path) -> None
 
 
 def test_an_oversized_last_checkpoint_is_ignored(tmp_path, monkeypatch) -> None:
-    from airflow_delta.engine import checkpoints
+    from airflow_delta.engine.log import checkpoints
 
     make_table(tmp_path, 3)
     (tmp_path / LOG / "_last_checkpoint").write_text('{"version": 1, "size": 3}' + " " * 200)

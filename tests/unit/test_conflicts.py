@@ -52,7 +52,6 @@ from airflow_delta.engine import (
     RemoveFile,
     SetTransaction,
 )
-from airflow_delta.engine.actions import Action
 from airflow_delta.engine.errors import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -62,6 +61,7 @@ from airflow_delta.engine.errors import (
     MetadataChangedException,
     ProtocolChangedException,
 )
+from airflow_delta.engine.protocol.actions import Action
 from tests.unit.txn_helpers import APPEND, add, new_table
 
 # -- the operations -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 import airflow_delta
 from airflow_delta.engine.errors import UnsupportedStorageError
-from airflow_delta.engine.log_store import (
+from airflow_delta.engine.log.log_store import (
     FileStatus,
     FsspecLogStore,
     LocalLogStore,
@@ -134,7 +134,7 @@ def test_local_modification_time_in_ms(tmp_path: Path) -> None:
 
 _WRITER = """
 import resource, signal, sys
-from airflow_delta.engine.log_store import LocalLogStore
+from airflow_delta.engine.log.log_store import LocalLogStore
 from test_log_store import _payload
 
 path, mib, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

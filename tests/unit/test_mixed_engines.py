@@ -30,10 +30,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
-from airflow_delta.engine.data_reader import conform, conform_table, plain_type, same_family
+from airflow_delta.engine.commands.data_reader import (
+    conform,
+    conform_table,
+    plain_type,
+    same_family,
+)
+from airflow_delta.engine.commands.merge import merge_arrow
 from airflow_delta.engine.errors import UnsupportedStorageError
-from airflow_delta.engine.merge import merge_arrow
-from airflow_delta.engine.paths import resolve_path, table_root
+from airflow_delta.engine.protocol.paths import resolve_path, table_root
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("b", pa.binary())])
 VIEW_TYPES = (pa.types.is_string_view, pa.types.is_binary_view)

@@ -12,7 +12,8 @@ import pytest
 
 from airflow_delta.engine import AddFile, DeltaLog, Metadata, Operation, RemoveFile
 from airflow_delta.engine.errors import DeltaProtocolError, VersionNotFoundError
-from airflow_delta.engine.post_commit import (
+from airflow_delta.engine.protocol.schema import partition_path
+from airflow_delta.engine.txn.post_commit import (
     MANIFEST_LOCATION,
     GenerateSymlinkManifest,
     LogCleanupHook,
@@ -22,7 +23,6 @@ from airflow_delta.engine.post_commit import (
     generate_symlink_manifest,
     table_root_uri,
 )
-from airflow_delta.engine.schema import partition_path
 from tests.unit.delta_log_builder import add, commit_info, metadata, protocol, write_commit
 
 SCHEMA = pa.schema([("x", pa.int64()), ("a", pa.string()), ("b", pa.string())])

@@ -7,15 +7,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_delta.engine.actions import ADD_TYPE
-from airflow_delta.engine.columnar import array_from_pylist
 from airflow_delta.engine.errors import CorruptLogError
-from airflow_delta.engine.predicates import (
+from airflow_delta.engine.expressions.predicates import (
     TRUE,
     InvalidPredicateError,
     PartitionPredicate,
     parse_predicates,
 )
+from airflow_delta.engine.protocol.actions import ADD_TYPE
+from airflow_delta.engine.protocol.columnar import array_from_pylist
 from tests.pandas_free import imports_pandas
 
 COLUMNS = {
@@ -437,9 +437,9 @@ def test_a_hundred_thousand_files() -> None:
 def test_evaluation_does_not_import_pandas() -> None:
     script = (
         "import sys\n"
-        "from airflow_delta.engine.actions import ADD_TYPE\n"
-        "from airflow_delta.engine.columnar import array_from_pylist\n"
-        "from airflow_delta.engine.predicates import parse_predicates\n"
+        "from airflow_delta.engine.protocol.actions import ADD_TYPE\n"
+        "from airflow_delta.engine.protocol.columnar import array_from_pylist\n"
+        "from airflow_delta.engine.expressions.predicates import parse_predicates\n"
         "columns = {'d': 'date', 't': 'timestamp', 'x': 'decimal(5,2)', 'f': 'double',\n"
         "           'b': 'binary', 'r': 'string'}\n"
         "files = array_from_pylist([{'path': 'a', 'partitionValues': {'d': '2024-01-01',\n"

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine import DeltaLog
-from airflow_delta.engine.replay import InMemoryLogReplay, LogBatch, canonicalize_paths
+from airflow_delta.engine.log.replay import InMemoryLogReplay, LogBatch, canonicalize_paths
 from tests.unit.delta_log_builder import (
     add,
     commit_info,

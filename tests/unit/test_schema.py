@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
-from airflow_delta.engine.schema import (
+from airflow_delta.engine.protocol.schema import (
     DELTA_METADATA_KEY,
     HIVE_DEFAULT_PARTITION,
     arrow_type,

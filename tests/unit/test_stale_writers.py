@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import StaleCommitError
-from airflow_delta.engine.post_commit import cleanup_expired_logs, truncate_day
+from airflow_delta.engine.txn.post_commit import cleanup_expired_logs, truncate_day
 from tests.unit.txn_helpers import APPEND, add, new_table
 
 DAY_MS = 86_400_000

@@ -26,7 +26,7 @@ from airflow_delta.engine.errors import (
     InvalidCommitError,
     TableAlreadyExistsError,
 )
-from airflow_delta.engine.post_commit import PostCommitHook
+from airflow_delta.engine.txn.post_commit import PostCommitHook
 from tests.unit.txn_helpers import APPEND, SCHEMA, add, append, new_table
 
 
@@ -353,8 +353,8 @@ def test_create_table_refuses_a_bad_property(tmp_path) -> None:
 def test_vacuum_refuses_a_negative_configured_retention(tmp_path) -> None:
     """A negative delta.deletedFileRetentionDuration would make vacuum delete the files of
     writes still in flight."""
+    from airflow_delta.engine.commands.vacuum import vacuum
     from airflow_delta.engine.errors import InvalidTablePropertyError
-    from airflow_delta.engine.vacuum import vacuum
 
     log = new_table(tmp_path / "t")
     _set_property(tmp_path / "t", "delta.deletedFileRetentionDuration", "interval -2 days")

@@ -18,14 +18,14 @@ from airflow_delta.engine import (
     Operation,
     RemoveFile,
 )
-from airflow_delta.engine import vacuum as vacuum_module
-from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
-from airflow_delta.engine.vacuum import (
+from airflow_delta.engine.commands import vacuum as vacuum_module
+from airflow_delta.engine.commands.vacuum import (
     VacuumRetentionError,
     deletion_vector_path,
     vacuum,
     z85_decode,
 )
+from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
 from tests.pandas_free import imports_pandas
 from tests.unit.delta_log_builder import add, commit_info, metadata, protocol, write_commit
 
@@ -115,7 +115,7 @@ def test_dry_run_lists_and_deletes_nothing(table) -> None:
 def test_vacuum_deletes_only_old_unreferenced_files(table, caplog) -> None:
     root, delta_log = table
     before = tree(root)
-    caplog.set_level(logging.INFO, logger="airflow_delta.engine.vacuum")
+    caplog.set_level(logging.INFO, logger="airflow_delta.engine.commands.vacuum")
 
     result = vacuum(delta_log)
 
@@ -126,7 +126,7 @@ def test_vacuum_deletes_only_old_unreferenced_files(table, caplog) -> None:
         tree(root)
     )
     assert delta_log.update().num_files == 1
-    [record] = [r for r in caplog.records if r.name == "airflow_delta.engine.vacuum"]
+    [record] = [r for r in caplog.records if r.name == "airflow_delta.engine.commands.vacuum"]
     assert str(root) in record.getMessage() and "3 of 6 files" in record.getMessage()
     assert vacuum(delta_log).files_deleted == []
 
@@ -350,9 +350,9 @@ def test_vacuum_manifests_and_log_cleanup_do_not_import_pandas(table) -> None:
     script = (
         "import sys\n"
         "from airflow_delta.engine import DeltaLog\n"
-        "from airflow_delta.engine.post_commit import cleanup_expired_logs\n"
-        "from airflow_delta.engine.post_commit import generate_symlink_manifest\n"
-        "from airflow_delta.engine.vacuum import vacuum\n"
+        "from airflow_delta.engine.txn.post_commit import cleanup_expired_logs\n"
+        "from airflow_delta.engine.txn.post_commit import generate_symlink_manifest\n"
+        "from airflow_delta.engine.commands.vacuum import vacuum\n"
         f"log = DeltaLog.for_table({str(root)!r})\n"
         "vacuum(log, retention_hours=0, enforce_retention_duration=False)\n"
         "generate_symlink_manifest(log); cleanup_expired_logs(log, now_ms=2**62)\n"

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from airflow_delta.engine.columnar import array_from_pylist, scalar
 from airflow_delta.engine.errors import CorruptLogError
-from airflow_delta.engine.log_json import parse_json
+from airflow_delta.engine.protocol.columnar import array_from_pylist, scalar
+from airflow_delta.engine.protocol.log_json import parse_json
 
 JsonDict = dict[str, Any]
 
@@ -201,7 +201,7 @@ class Metadata(Action):
         """This metadata with `schema` (a schemaString object). Under column mapping, fields
         without an id and a physical name get new ones and `delta.columnMapping.maxColumnId`
         follows (existing fields keep theirs)."""
-        from airflow_delta.engine.schema import assign_column_mapping
+        from airflow_delta.engine.protocol.schema import assign_column_mapping
 
         configuration = self.configuration
         if self.column_mapping_mode != "none":
@@ -228,7 +228,7 @@ class Metadata(Action):
     @cached_property
     def schema(self) -> pa.Schema:
         """The table schema as a pyarrow schema."""
-        from airflow_delta.engine.schema import schema_from_json
+        from airflow_delta.engine.protocol.schema import schema_from_json
 
         if self.schema_string is None:
             raise CorruptLogError(f"Metadata of table id {self.id!r} has no schemaString")

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.errors import UnsupportedStorageError
-from airflow_delta.engine.paths import FileLocation, canonical_scheme, resolve_path
+from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, resolve_path
 
 ArrowColumn = pa.Array | pa.ChunkedArray
 

@@ -2,8 +2,8 @@
 
 Every writer of this project writes through `DataFileWriter`: the Spark tasks of
 `spark/write.py` (inside `mapInArrow`, one writer per task) and the in-process MERGE of
-`engine/merge.py`. A writer takes rows sorted by partition, writes them through fsspec under
-Hive-style partition directories (`part-<task>-<uuid>.c<n>.snappy.parquet`, rolled at the
+`engine/commands/merge.py`. A writer takes rows sorted by partition, writes them through fsspec
+under Hive-style partition directories (`part-<task>-<uuid>.c<n>.snappy.parquet`, rolled at the
 target file size), computes each file's stats from the rows it is given, and returns one row
 (`FILE_ROW_SCHEMA`) per file; `add_files` turns those rows into AddFiles.
 
@@ -36,9 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta.engine.actions import AddFile, Metadata
-from airflow_delta.engine.log_store import get_log_store
-from airflow_delta.engine.schema import (
+from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.protocol.actions import AddFile, Metadata
+from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_ID,
     COLUMN_MAPPING_PHYSICAL_NAME,
     delta_field_metadata,

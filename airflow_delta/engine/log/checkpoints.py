@@ -22,8 +22,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from airflow_delta.engine import filenames
-from airflow_delta.engine.actions import (
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.log.log_store import FileStatus, LogStore
+from airflow_delta.engine.log.replay import FileActions, LogBatch, parse_log_batch
+from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.actions import (
     ADD_TYPE,
     CHECKPOINT_COLUMNS,
     DOMAIN_METADATA_TYPE,
@@ -39,11 +42,8 @@ from airflow_delta.engine.actions import (
     SetTransaction,
     Sidecar,
 )
-from airflow_delta.engine.columnar import array_from_pylist, bool_mask, concat, contiguous
-from airflow_delta.engine.errors import CorruptLogError
-from airflow_delta.engine.log_json import parse_json
-from airflow_delta.engine.log_store import FileStatus, LogStore
-from airflow_delta.engine.replay import FileActions, LogBatch, parse_log_batch
+from airflow_delta.engine.protocol.columnar import array_from_pylist, bool_mask, concat, contiguous
+from airflow_delta.engine.protocol.log_json import parse_json
 
 log = logging.getLogger(__name__)
 

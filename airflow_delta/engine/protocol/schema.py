@@ -33,9 +33,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.columnar import contiguous, scalar
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
-from airflow_delta.engine.log_json import parse_json
+from airflow_delta.engine.protocol.columnar import contiguous, scalar
+from airflow_delta.engine.protocol.log_json import parse_json
 
 DELTA_METADATA_KEY = b"delta.metadata"
 """The pyarrow field metadata key holding the Delta field's `metadata` object as JSON."""

@@ -7,8 +7,8 @@ widening, variant, ...) are accepted here; the data plane decides for itself wha
 
 from __future__ import annotations
 
-from airflow_delta.engine.actions import Metadata, Protocol
 from airflow_delta.engine.errors import DeltaProtocolError
+from airflow_delta.engine.protocol.actions import Metadata, Protocol
 
 MAX_READER_VERSION = 3
 

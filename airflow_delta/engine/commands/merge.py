@@ -46,31 +46,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta.engine.actions import Action, Operation, add_files_from_arrow
-from airflow_delta.engine.data_files import (
+from airflow_delta.engine.commands.data_files import (
     DataFileWriter,
     WritePlan,
     add_files,
     partition_runs,
 )
-from airflow_delta.engine.data_reader import conform, fs_path, plain_table, same_family
+from airflow_delta.engine.commands.data_reader import conform, fs_path, plain_table, same_family
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
     DeltaError,
     TableNotFoundError,
 )
-from airflow_delta.engine.features import check_writer_support
-from airflow_delta.engine.log_store import get_log_store
-from airflow_delta.engine.paths import table_root
-from airflow_delta.engine.predicates import InvalidPredicateError, PartitionPredicate
-from airflow_delta.engine.schema import (
+from airflow_delta.engine.expressions.predicates import InvalidPredicateError, PartitionPredicate
+from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.protocol.actions import Action, Operation, add_files_from_arrow
+from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.protocol.paths import table_root
+from airflow_delta.engine.protocol.schema import (
     arrow_type,
     delta_field_metadata,
     delta_type_name,
     parse_partition_value,
 )
-from airflow_delta.engine.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
 
 log = logging.getLogger(__name__)
 

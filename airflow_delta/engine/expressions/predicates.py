@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine import columnar
-from airflow_delta.engine.schema import arrow_type, partition_values_to_arrow
+from airflow_delta.engine.protocol import columnar
+from airflow_delta.engine.protocol.schema import arrow_type, partition_values_to_arrow
 
 
 class InvalidPredicateError(ValueError):

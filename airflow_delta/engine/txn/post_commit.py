@@ -16,19 +16,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from airflow_delta.engine import filenames
-from airflow_delta.engine.actions import Action, AddFile, RemoveFile
-from airflow_delta.engine.config import TableConfig
 from airflow_delta.engine.errors import DeltaProtocolError
-from airflow_delta.engine.log_store import LocalLogStore
-from airflow_delta.engine.paths import FileLocation, resolve_path, table_root
-from airflow_delta.engine.schema import partition_path
-from airflow_delta.engine.snapshot import complete_checkpoints
+from airflow_delta.engine.log.log_store import LocalLogStore
+from airflow_delta.engine.log.snapshot import complete_checkpoints
+from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.actions import Action, AddFile, RemoveFile
+from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.paths import FileLocation, resolve_path, table_root
+from airflow_delta.engine.protocol.schema import partition_path
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
-    from airflow_delta.engine.snapshot import Snapshot
-    from airflow_delta.engine.transaction import OptimisticTransaction
+    from airflow_delta.engine.log.snapshot import Snapshot
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
 

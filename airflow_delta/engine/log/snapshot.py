@@ -12,8 +12,16 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine import filenames
-from airflow_delta.engine.actions import (
+from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.log.log_store import FileStatus
+from airflow_delta.engine.log.replay import (
+    FileActions,
+    InMemoryLogReplay,
+    LogBatch,
+    parse_log_batch,
+)
+from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.actions import (
     AddFile,
     DomainMetadata,
     Metadata,
@@ -22,11 +30,8 @@ from airflow_delta.engine.actions import (
     add_files_from_arrow,
     stats_num_records,
 )
-from airflow_delta.engine.config import TableConfig
-from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
-from airflow_delta.engine.features import check_reader_support
-from airflow_delta.engine.log_store import FileStatus
-from airflow_delta.engine.replay import FileActions, InMemoryLogReplay, LogBatch, parse_log_batch
+from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.features import check_reader_support
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog

@@ -14,7 +14,6 @@ from enum import StrEnum
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.actions import ADD_TYPE, REMOVE_TYPE, CommitInfo
 from airflow_delta.engine.errors import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -24,9 +23,10 @@ from airflow_delta.engine.errors import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from airflow_delta.engine.features import check_reader_support, check_writer_support
-from airflow_delta.engine.predicates import PartitionPredicate
-from airflow_delta.engine.replay import LogBatch, file_keys
+from airflow_delta.engine.expressions.predicates import PartitionPredicate
+from airflow_delta.engine.log.replay import LogBatch, file_keys
+from airflow_delta.engine.protocol.actions import ADD_TYPE, REMOVE_TYPE, CommitInfo
+from airflow_delta.engine.protocol.features import check_reader_support, check_writer_support
 
 
 class IsolationLevel(StrEnum):

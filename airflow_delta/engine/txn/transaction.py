@@ -23,8 +23,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_delta import __version__
-from airflow_delta.engine import filenames
-from airflow_delta.engine.actions import (
+from airflow_delta.engine.errors import (
+    CommitFailedError,
+    DeltaProtocolError,
+    InvalidCommitError,
+    StaleCommitError,
+)
+from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
+from airflow_delta.engine.log.replay import parse_log_batch
+from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.actions import (
     ADD_TYPE,
     REMOVE_TYPE,
     Action,
@@ -40,40 +48,32 @@ from airflow_delta.engine.actions import (
     add_files_from_arrow,
     serialize_actions,
 )
-from airflow_delta.engine.columnar import array_from_pylist
-from airflow_delta.engine.config import TableConfig
-from airflow_delta.engine.conflicts import (
+from airflow_delta.engine.protocol.columnar import array_from_pylist
+from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.features import (
+    PROPERTY_FEATURES,
+    check_writer_support,
+    required_protocol,
+    writer_features,
+)
+from airflow_delta.engine.protocol.schema import column_mapping_problems
+from airflow_delta.engine.txn.conflicts import (
     DEFAULT_ISOLATION_LEVEL,
     ConflictChecker,
     CurrentTransactionInfo,
     IsolationLevel,
     WinningCommitSummary,
 )
-from airflow_delta.engine.errors import (
-    CommitFailedError,
-    DeltaProtocolError,
-    InvalidCommitError,
-    StaleCommitError,
-)
-from airflow_delta.engine.features import (
-    PROPERTY_FEATURES,
-    check_writer_support,
-    required_protocol,
-    writer_features,
-)
-from airflow_delta.engine.post_commit import (
+from airflow_delta.engine.txn.post_commit import (
     GenerateSymlinkManifest,
     LogCleanupHook,
     PostCommitHook,
     post_commit_hook,
 )
-from airflow_delta.engine.predicates import TRUE, PartitionPredicate, parse_predicates
-from airflow_delta.engine.replay import parse_log_batch
-from airflow_delta.engine.schema import column_mapping_problems
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
-    from airflow_delta.engine.snapshot import Snapshot
+    from airflow_delta.engine.log.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

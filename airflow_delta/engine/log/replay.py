@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.actions import (
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.protocol.actions import (
     ADD_TYPE,
     REMOVE_TYPE,
     CheckpointMetadata,
@@ -32,14 +33,13 @@ from airflow_delta.engine.actions import (
     action_from_json,
     iter_log_lines,
 )
-from airflow_delta.engine.columnar import (
+from airflow_delta.engine.protocol.columnar import (
     array_from_pylist,
     bool_mask,
     concat,
     int_values,
     scalar,
 )
-from airflow_delta.engine.errors import CorruptLogError
 
 #: A piece of a table's file actions: AddFiles and RemoveFiles as ADD_TYPE/REMOVE_TYPE structs.
 FileActions = tuple[pa.StructArray, pa.StructArray]

@@ -21,20 +21,20 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.columnar import array_from_pylist, scalar
 from airflow_delta.engine.errors import CorruptLogError, DeltaError, DeltaProtocolError
-from airflow_delta.engine.features import (
+from airflow_delta.engine.log.log_store import LogStore
+from airflow_delta.engine.protocol.columnar import array_from_pylist, scalar
+from airflow_delta.engine.protocol.features import (
     CHECKPOINT_WRITER_FEATURES,
     MAX_WRITER_VERSION,
     writer_features,
 )
-from airflow_delta.engine.log_store import LogStore
-from airflow_delta.engine.paths import FileLocation, relative_key, resolve_path, table_root
-from airflow_delta.engine.schema import escape_partition_value
+from airflow_delta.engine.protocol.paths import FileLocation, relative_key, resolve_path, table_root
+from airflow_delta.engine.protocol.schema import escape_partition_value
 
 if TYPE_CHECKING:
     from airflow_delta.engine.delta_log import DeltaLog
-    from airflow_delta.engine.snapshot import Snapshot
+    from airflow_delta.engine.log.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

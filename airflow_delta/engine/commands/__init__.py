@@ -1,0 +1,1 @@
+"""Commands on a table: the data file writer and reader, MERGE, VACUUM."""

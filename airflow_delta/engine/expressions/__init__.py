@@ -1,0 +1,3 @@
+"""SQL expressions over a table's columns: parsing and evaluation (partition predicates, MERGE
+conditions).
+"""

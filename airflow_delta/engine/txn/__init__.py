@@ -1,0 +1,1 @@
+"""Optimistic transactions: commit, conflict detection and post-commit hooks."""
