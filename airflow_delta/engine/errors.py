@@ -90,3 +90,8 @@ class InvalidTablePropertyError(InvalidCommitError):
 class StaleCommitError(DeltaConcurrentModificationException):
     """A commit landed at a version whose predecessors expired-log cleanup had removed: no
     reader would ever see it, so it was withdrawn; retry on a fresh snapshot."""
+
+
+class TransactionStateError(DeltaError):
+    """A transaction was used out of order: committed twice, its metadata changed after data
+    was written or more than once, hooks run before the commit."""

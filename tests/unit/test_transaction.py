@@ -25,6 +25,7 @@ from airflow_delta.engine.errors import (
     DeltaProtocolError,
     InvalidCommitError,
     TableAlreadyExistsError,
+    TransactionStateError,
 )
 from airflow_delta.engine.txn.post_commit import PostCommitHook
 from tests.unit.txn_helpers import APPEND, SCHEMA, add, append, new_table
@@ -80,7 +81,7 @@ def test_transaction_commits_once(tmp_path) -> None:
     log = new_table(tmp_path)
     txn = log.start_transaction()
     txn.commit([add("a")], APPEND)
-    with pytest.raises(AssertionError, match=r"Transaction already committed\."):
+    with pytest.raises(TransactionStateError, match=r"Transaction already committed\."):
         txn.commit([add("a")], APPEND)
 
 
@@ -88,11 +89,11 @@ def test_update_metadata_rules(tmp_path) -> None:
     log = new_table(tmp_path)
     txn = log.start_transaction()
     txn.update_metadata(txn.metadata)
-    with pytest.raises(AssertionError, match="Cannot change the metadata more than once"):
+    with pytest.raises(TransactionStateError, match="Cannot change the metadata more than once"):
         txn.update_metadata(txn.metadata)
     txn = log.start_transaction()
     txn.has_written = True
-    with pytest.raises(AssertionError, match="already written data"):
+    with pytest.raises(TransactionStateError, match="already written data"):
         txn.update_metadata(txn.metadata)
 
 
@@ -198,7 +199,9 @@ class Boom(PostCommitHook):
 def test_post_commit_hooks(tmp_path, caplog) -> None:
     log = new_table(tmp_path)
     txn = log.start_transaction()
-    with pytest.raises(AssertionError, match=r"Can't call post commit hooks before committing"):
+    with pytest.raises(
+        TransactionStateError, match=r"Can't call post commit hooks before committing"
+    ):
         txn.run_post_commit_hooks(1, [])
     txn.register_post_commit_hook(Boom())
     txn.register_post_commit_hook(Boom())

@@ -28,6 +28,7 @@ from airflow_delta.engine.errors import (
     DeltaProtocolError,
     InvalidCommitError,
     StaleCommitError,
+    TransactionStateError,
 )
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.log.replay import parse_log_batch
@@ -217,16 +218,23 @@ class OptimisticTransaction:
         wanted = self.properties.app_transactions
         return bool(wanted) and all(self.txn_version(t.app_id) >= t.version for t in wanted)
 
+    def _state_error(self, message: str) -> TransactionStateError:
+        """A misuse of this transaction (the seed's message, plus the table and read version)."""
+        return TransactionStateError(
+            f"{message} (table {self.table}, read version {self.read_version}; start a new "
+            "transaction for another commit)"
+        )
+
     # -- metadata ----------------------------------------------------------------------------
 
     def update_metadata(self, metadata: Metadata) -> None:
         """Change the table metadata in this transaction (once, before writing data)."""
-        assert not self.has_written, (
-            "Cannot update the metadata in a transaction that has already written data."
-        )
-        assert self.new_metadata is None, (
-            "Cannot change the metadata more than once in a transaction."
-        )
+        if self.has_written:
+            raise self._state_error(
+                "Cannot update the metadata in a transaction that has already written data."
+            )
+        if self.new_metadata is not None:
+            raise self._state_error("Cannot change the metadata more than once in a transaction.")
         self.verify_new_metadata(metadata)
         self.new_metadata = metadata
 
@@ -349,12 +357,14 @@ class OptimisticTransaction:
 
     def prepare_commit(self, actions: Sequence[Action], operation: Operation) -> list[Action]:
         """Validate the actions and add the new metadata and protocol."""
-        assert not self.committed, "Transaction already committed."
+        if self.committed:
+            raise self._state_error("Transaction already committed.")
         actions = [a for a in actions if not isinstance(a, CommitInfo)]
         metadatas = [a for a in actions if isinstance(a, Metadata)]
         if self.new_metadata is not None:
             metadatas.append(self.new_metadata)
-        assert len(metadatas) <= 1, "Cannot change the metadata more than once in a transaction."
+        if len(metadatas) > 1:
+            raise self._state_error("Cannot change the metadata more than once in a transaction.")
         if metadatas and self.new_metadata is None:
             self.verify_new_metadata(metadatas[0])
         protocols = [a for a in actions if isinstance(a, Protocol)]
@@ -627,7 +637,8 @@ class OptimisticTransaction:
 
     def run_post_commit_hooks(self, version: int, committed_actions: Sequence[Action]) -> None:
         """Run every registered hook; a hook's error is logged and handed to the hook."""
-        assert self.committed, "Can't call post commit hooks before committing"
+        if not self.committed:
+            raise self._state_error("Can't call post commit hooks before committing")
         for hook in self.post_commit_hooks:
             try:
                 hook.run(self, version, committed_actions)
