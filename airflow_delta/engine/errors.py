@@ -1,11 +1,13 @@
 """The exception taxonomy of the engine.
 
-Every error names the table and, where one is involved, the version, and says what to do next.
-Conflict exceptions keep the names Delta gives them, so a user who searches for the message finds
-Delta's own documentation.
+Every exception of the engine is defined here. Every error names the table and, where one is
+involved, the version, and says what to do next. Conflict exceptions keep the names Delta gives
+them, so a user who searches for the message finds Delta's own documentation.
 """
 
 from __future__ import annotations
+
+import re
 
 
 class DeltaError(Exception):
@@ -95,3 +97,32 @@ class StaleCommitError(DeltaConcurrentModificationException):
 class TransactionStateError(DeltaError):
     """A transaction was used out of order: committed twice, its metadata changed after data
     was written or more than once, hooks run before the commit."""
+
+
+class InvalidPredicateError(ValueError):
+    """A predicate that does not parse, or does not fit the table's partition columns."""
+
+    def __init__(self, text: str, problem: str, position: int | None = None) -> None:
+        self.text = text
+        self.position = position
+        message = f"Predicate '{text}' {problem}"
+        if position is not None:
+            shown = re.sub(r"\s", " ", text)
+            message += f"\n  {shown}\n  {' ' * position}^"
+        super().__init__(message)
+
+
+class MultipleSourceRowMatchingTargetRowInMergeError(DeltaError):
+    """Several source rows matched one target row that a MATCHED clause updates or deletes."""
+
+
+class UnsupportedMergeError(DeltaError):
+    """The in-process executor cannot run this MERGE; the Spark MERGE can (nothing written)."""
+
+
+class VacuumRetentionError(DeltaError, ValueError):
+    """VACUUM was asked for a retention shorter than the table's deleted-file retention."""
+
+
+class SchemaMismatchError(DeltaError, ValueError):
+    """The DataFrame's columns do not fit the table schema (or its partitioning)."""

@@ -43,7 +43,7 @@ from airflow_delta.engine.commands.data_files import (
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
-    DeltaError,
+    SchemaMismatchError,
     TableAlreadyExistsError,
 )
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation, SetTransaction
@@ -66,10 +66,6 @@ _SAVE_MODES = {
     "errorifexists": "ErrorIfExists",
     "ignore": "Ignore",
 }
-
-
-class SchemaMismatchError(DeltaError, ValueError):
-    """The DataFrame's columns do not fit the table schema (or its partitioning)."""
 
 
 class _TaskViolation(Exception):

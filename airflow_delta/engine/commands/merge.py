@@ -56,8 +56,9 @@ from airflow_delta.engine.commands.data_reader import conform, fs_path, plain_ta
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
-    DeltaError,
+    MultipleSourceRowMatchingTargetRowInMergeError,
     TableNotFoundError,
+    UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.predicates import InvalidPredicateError, PartitionPredicate
 from airflow_delta.engine.log.log_store import get_log_store
@@ -98,14 +99,6 @@ _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 _QUALIFIED = re.compile(
     r"(?P<string>'(?:[^'\\]|'')*')|`?(?P<alias>[A-Za-z_]\w*)`?\.(?:`(?P<quoted>[^`]+)`|(?P<bare>\w+))"
 )
-
-
-class MultipleSourceRowMatchingTargetRowInMergeError(DeltaError):
-    """Several source rows matched one target row that a MATCHED clause updates or deletes."""
-
-
-class UnsupportedMergeError(DeltaError):
-    """The in-process executor cannot run this MERGE; the Spark MERGE can (nothing written)."""
 
 
 @dataclass(frozen=True)

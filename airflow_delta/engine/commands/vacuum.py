@@ -21,7 +21,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.errors import CorruptLogError, DeltaError, DeltaProtocolError
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    DeltaProtocolError,
+    VacuumRetentionError,
+)
 from airflow_delta.engine.log.log_store import LogStore
 from airflow_delta.engine.protocol.columnar import array_from_pylist, scalar
 from airflow_delta.engine.protocol.features import (
@@ -43,10 +47,6 @@ HOUR_MS = 3_600_000
 _VACUUMED_HIDDEN_DIRS = frozenset({"_change_data"})
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUES = {c: i for i, c in enumerate(_Z85)}
-
-
-class VacuumRetentionError(DeltaError, ValueError):
-    """VACUUM was asked for a retention shorter than the table's deleted-file retention."""
 
 
 @dataclass(frozen=True)

@@ -41,22 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.errors import InvalidPredicateError
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.schema import arrow_type, partition_values_to_arrow
-
-
-class InvalidPredicateError(ValueError):
-    """A predicate that does not parse, or does not fit the table's partition columns."""
-
-    def __init__(self, text: str, problem: str, position: int | None = None) -> None:
-        self.text = text
-        self.position = position
-        message = f"Predicate '{text}' {problem}"
-        if position is not None:
-            shown = re.sub(r"\s", " ", text)
-            message += f"\n  {shown}\n  {' ' * position}^"
-        super().__init__(message)
-
 
 # --------------------------------------------------------------------------- tokens
 
