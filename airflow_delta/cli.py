@@ -178,10 +178,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def cmd_vacuum(args: argparse.Namespace) -> int:
     """Delete (or with --dry-run list) the data files no retained version references."""
-    from airflow_delta.engine.commands.vacuum import vacuum
-
-    result = vacuum(
-        _delta_log(args),
+    result = _delta_log(args).vacuum(
         retention_hours=args.retention_hours,
         dry_run=args.dry_run,
         enforce_retention_duration=not args.force,

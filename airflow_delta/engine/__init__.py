@@ -1,11 +1,13 @@
-"""The Delta transaction engine: log replay, checkpoints and (later) optimistic transactions.
+"""The Delta transaction engine: log replay, checkpoints, optimistic transactions and commands.
 
 Pure Python on pyarrow and fsspec; it never imports Spark or Airflow.
 """
 
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.log.checkpoints import CheckpointResult
-from airflow_delta.engine.log.snapshot import LogSegment, Snapshot
+from airflow_delta.engine.log.log_segment import LogSegment
+from airflow_delta.engine.log.snapshot import Snapshot
+from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import (
     AddCDCFile,
     AddFile,
@@ -39,4 +41,5 @@ __all__ = [
     "RemoveFile",
     "SetTransaction",
     "Snapshot",
+    "TableLocation",
 ]

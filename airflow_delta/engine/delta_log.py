@@ -1,4 +1,8 @@
-"""DeltaLog: the entry point to a table's transaction log."""
+"""DeltaLog: the entry point to a table's transaction log.
+
+A facade over the engine's parts: snapshots and time travel (`engine.log`), transactions
+(`engine.txn`) and maintenance (`engine.commands.maintenance`). No engine module imports it.
+"""
 
 from __future__ import annotations
 
@@ -7,139 +11,72 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime
 from typing import Any
 
 import pyarrow as pa
 
+from airflow_delta.engine.commands import maintenance
+from airflow_delta.engine.commands.maintenance import ManifestUpdate, VacuumResult
 from airflow_delta.engine.errors import (
-    CorruptLogError,
     DeltaConcurrentModificationException,
     TableAlreadyExistsError,
-    TableNotFoundError,
-    VersionNotFoundError,
 )
-from airflow_delta.engine.log.checkpoints import (
-    DEFAULT_CHECKPOINT_PART_SIZE,
-    CheckpointResult,
-    checkpoint_pieces,
-    read_checkpoint,
-    read_last_checkpoint,
-    write_checkpoint,
-)
-from airflow_delta.engine.log.log_store import FileStatus, get_log_store
-from airflow_delta.engine.log.replay import parse_log_batch
-from airflow_delta.engine.log.snapshot import LogSegment, Snapshot, build_log_segment
-from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.log import history, log_segment
+from airflow_delta.engine.log.checkpoints import DEFAULT_CHECKPOINT_PART_SIZE, CheckpointResult
+from airflow_delta.engine.log.history import Timestamp, to_epoch_ms
+from airflow_delta.engine.log.log_store import LogStore
+from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
+from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import CommitInfo, Metadata, Operation
-from airflow_delta.engine.protocol.config import TableConfig
-from airflow_delta.engine.protocol.features import check_checkpoint_support
-from airflow_delta.engine.protocol.log_json import parse_json
 from airflow_delta.engine.protocol.schema import schema_to_json
-from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.transaction import (
+    CommitProperties,
+    OptimisticTransaction,
+    start_transaction,
+)
+
+__all__ = ["DeltaLog", "Timestamp", "to_epoch_ms"]
 
 log = logging.getLogger(__name__)
 
-Timestamp = datetime | date | str | int | float
-
-
-def to_epoch_ms(ts: Timestamp) -> int:
-    """Milliseconds since the epoch of a datetime, ISO-8601 string or number of ms.
-
-    Naive datetimes and strings without an offset are taken as UTC.
-    """
-    if isinstance(ts, int | float):
-        return int(ts)
-    if isinstance(ts, str):
-        text = ts.strip().replace("Z", "+00:00")
-        try:
-            ts = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"not an ISO-8601 timestamp: {ts!r}") from None
-    if not isinstance(ts, datetime):
-        ts = datetime(ts.year, ts.month, ts.day)
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return int(ts.timestamp() * 1000)
-
 
 class DeltaLog:
-    """A table's `_delta_log`: snapshots, time travel, checkpoints and history."""
+    """A table's `_delta_log`: snapshots, time travel, transactions, checkpoints, history and
+    maintenance."""
 
     def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None):
-        self.table_uri = table_uri
-        self.storage_options = dict(storage_options or {})
-        self.store, self.table_path = get_log_store(table_uri, self.storage_options)
-        self.log_path = self.store.join(self.table_path, "_delta_log")
+        self.location = TableLocation.of(table_uri, storage_options)
 
     @classmethod
     def for_table(cls, uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaLog:
         """The DeltaLog of the table at `uri` (local path, file://, s3://, memory://)."""
         return cls(uri, storage_options)
 
-    # -- snapshots ---------------------------------------------------------------------
+    @property
+    def table_uri(self) -> str:
+        return self.location.uri
 
-    def _list(self, start_name: str = "") -> list[FileStatus]:
-        try:
-            listing = self.store.list_from(self.log_path, start_name)
-        except NotADirectoryError:
-            listing = []
-        if not listing and not start_name:
-            what = "does not exist" if not self.store.exists(self.log_path) else "is empty"
-            raise TableNotFoundError(
-                f"{self.table_uri} is not a Delta table: {self.log_path} {what}. "
-                "Check the path, or create the table first."
-            )
-        return listing
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return dict(self.location.storage_options)
 
-    def _segment_from_hint(self) -> LogSegment | None:
-        """The latest log segment found by listing from `_last_checkpoint`, if it is sound."""
-        hint = read_last_checkpoint(self.store, self.log_path)
-        if hint is None:
-            return None
-        listing = self.store.list_from(self.log_path, filenames.version_prefix(hint["version"]))
-        try:
-            segment = build_log_segment(self.table_uri, self.log_path, listing)
-        except (CorruptLogError, TableNotFoundError, VersionNotFoundError):
-            return None
-        if segment.checkpoint_version is None:
-            log.info(
-                "Ignoring _last_checkpoint of %s: checkpoint %s not found",
-                self.table_uri,
-                hint["version"],
-            )
-            return None
-        return segment
+    @property
+    def store(self) -> LogStore:
+        return self.location.store
 
-    def _load(self, segment: LogSegment | None, version: int | None) -> Snapshot:
-        """Load a snapshot, falling back to older checkpoints when one cannot be read."""
-        excluded: set[int] = set()
-        listing: list[FileStatus] | None = None
-        while True:
-            if segment is None:
-                listing = listing if listing is not None else self._list()
-                segment = build_log_segment(
-                    self.table_uri, self.log_path, listing, version, frozenset(excluded)
-                )
-            batch = None
-            if segment.checkpoint_version is not None:
-                try:
-                    batch = read_checkpoint(self.store, self.log_path, segment.checkpoint_files)
-                except (CorruptLogError, FileNotFoundError) as exc:
-                    log.warning(
-                        "Checkpoint %s of %s is unreadable (%s); replaying from an older one",
-                        segment.checkpoint_version,
-                        self.table_uri,
-                        exc,
-                    )
-                    excluded.add(segment.checkpoint_version)
-                    segment = None
-                    continue
-            return Snapshot.load(self, segment, batch)
+    @property
+    def table_path(self) -> str:
+        return self.location.table_path
+
+    @property
+    def log_path(self) -> str:
+        return self.location.log_path
+
+    # -- snapshots and time travel -------------------------------------------------------
 
     def update(self) -> Snapshot:
         """The latest snapshot of the table."""
-        return self._load(self._segment_from_hint(), None)
+        return load_snapshot(self.location)
 
     def snapshot_at(
         self, version: int | None = None, timestamp: Timestamp | None = None
@@ -149,80 +86,27 @@ class DeltaLog:
             raise ValueError("pass either version or timestamp, not both")
         if timestamp is not None:
             version = self.version_at_timestamp(timestamp)
-        if version is None:
-            return self.update()
-        if version < 0:
-            raise VersionNotFoundError(f"Cannot time travel table {self.table_uri} to {version}")
-        return self._load(None, version)
+        return load_snapshot(self.location, version)
 
     def commit_timestamps(self) -> list[tuple[int, int]]:
-        """(version, timestamp ms) of every commit file, made strictly increasing.
-
-        Uses inCommitTimestamp from the versions where the table enabled it, and the commit
-        file's modification time before that (adjusted to be monotonic, as Delta does).
-        """
-        commits = [
-            (p.version, f)
-            for f in self._list()
-            if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
-        ]
-        if not commits:
-            raise TableNotFoundError(f"{self.table_uri} has no commit files")
-        config = TableConfig(self.update().metadata.configuration)
-        ict_from = (
-            config.in_commit_timestamp_enablement_version or 0
-            if config.in_commit_timestamps_enabled
-            else None
-        )
-        out: list[tuple[int, int]] = []
-        prev = -1
-        for version, f in commits:
-            ts = f.modification_time
-            if ict_from is not None and version >= ict_from:
-                ts = self._in_commit_timestamp(f) or ts
-            ts = max(ts, prev + 1)
-            out.append((version, ts))
-            prev = ts
-        return out
-
-    def _in_commit_timestamp(self, f: FileStatus) -> int | None:
-        first = self.store.read(f.path).split(b"\n", 1)[0]
-        try:
-            line = parse_json(first, f.path)
-        except CorruptLogError:
-            return None
-        info = line.get("commitInfo") if isinstance(line, dict) else None
-        ict = info.get("inCommitTimestamp") if isinstance(info, dict) else None
-        return ict if isinstance(ict, int) and not isinstance(ict, bool) else None
+        """(version, timestamp ms) of every commit file, made strictly increasing."""
+        return history.commit_timestamps(self.location)
 
     def version_at_timestamp(self, timestamp: Timestamp) -> int:
         """The latest version committed at or before `timestamp`."""
-        ts = to_epoch_ms(timestamp)
-        stamps = self.commit_timestamps()
-        eligible = [v for v, t in stamps if t <= ts]
-        if not eligible:
-            first_v, first_ts = stamps[0]
-            raise VersionNotFoundError(
-                f"Cannot time travel table {self.table_uri} to {timestamp}: it is before the "
-                f"earliest available commit (version {first_v} at "
-                f"{datetime.fromtimestamp(first_ts / 1000, UTC).isoformat()})."
-            )
-        return eligible[-1]
+        return history.version_at_timestamp(self.location, timestamp)
 
     def latest_version(self, start: int = 0) -> int:
-        """The newest commit version, listing only from `start` (-1 when none)."""
-        listing = self.store.list_from(self.log_path, filenames.version_prefix(start))
-        versions = [
-            p.version
-            for f in listing
-            if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
-        ]
-        return max(versions, default=start - 1)
+        """The newest commit version, listing only from `start` (`start - 1` when none)."""
+        return log_segment.latest_version(self.location, start)
 
     def commit_info(self, version: int) -> CommitInfo | None:
         """The commitInfo of commit `version` (None when the commit has none)."""
-        path = self.store.join(self.log_path, filenames.delta_file(version))
-        return parse_log_batch(self.store.read(path), path).commit_info
+        return log_segment.read_commit_info(self.location, version)
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """commitInfo of each commit plus its `version`, newest first."""
+        return history.history(self.location, limit)
 
     # -- transactions ------------------------------------------------------------------
 
@@ -230,12 +114,7 @@ class DeltaLog:
         self, snapshot: Snapshot | None = None, properties: CommitProperties | None = None
     ) -> OptimisticTransaction:
         """A transaction on `snapshot` (default: the latest; version -1 for a new table)."""
-        if snapshot is None:
-            try:
-                snapshot = self.update()
-            except TableNotFoundError:
-                snapshot = Snapshot.empty(self)
-        return OptimisticTransaction(self, snapshot, properties)
+        return start_transaction(self.location, snapshot, properties)
 
     @classmethod
     def create_table(
@@ -288,58 +167,37 @@ class DeltaLog:
             ) from None
         return delta_log
 
-    # -- checkpoints and history -------------------------------------------------------
+    # -- checkpoints and maintenance ----------------------------------------------------
 
     def checkpoint(
         self, snapshot: Snapshot | None = None, part_size: int = DEFAULT_CHECKPOINT_PART_SIZE
     ) -> CheckpointResult:
         """Write a classic (or multi-part, above `part_size` actions) checkpoint of `snapshot`."""
-        snapshot = snapshot or self.update()
-        check_checkpoint_support(snapshot.protocol, self.table_uri)
-        txns = list(snapshot.set_transactions.values())
-        domains = list(snapshot.domain_metadata.values())
-        pieces = checkpoint_pieces(
-            snapshot.protocol, snapshot.metadata, txns, domains, snapshot.file_actions_in_batches()
-        )
-        max_rows = 2 + len(txns) + len(domains) + snapshot.max_file_actions()
-        result = write_checkpoint(
-            self.store, self.log_path, snapshot.version, pieces, max_rows, part_size
-        )
-        log.info(
-            "Checkpointed table %s at version %s (%s parts, %s actions)",
-            self.table_uri,
-            result.version,
-            result.parts,
-            result.num_actions,
-        )
-        return result
+        return (snapshot or self.update()).write_checkpoint(part_size)
 
-    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """commitInfo of each commit plus its `version`, newest first."""
-        commits = sorted(
-            (
-                (p.version, f)
-                for f in self._list()
-                if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
-            ),
-            reverse=True,
+    def vacuum(
+        self,
+        retention_hours: float | None = None,
+        dry_run: bool = False,
+        enforce_retention_duration: bool = True,
+        now_ms: int | None = None,
+    ) -> VacuumResult:
+        """Delete the files under the table root that no retained version needs (see
+        `engine.commands.maintenance.vacuum`)."""
+        return maintenance.vacuum(
+            self.location, retention_hours, dry_run, enforce_retention_duration, now_ms
         )
-        if limit is not None:
-            commits = commits[:limit]
-        out = []
-        for version, f in commits:
-            info: dict[str, Any] = {}
-            for line in self.store.read(f.path).splitlines():
-                if b'"commitInfo"' in line:
-                    parsed = parse_json(line, f"{f.path}: the commitInfo line")
-                    found = parsed.get("commitInfo") if isinstance(parsed, dict) else None
-                    if found is not None and not isinstance(found, dict):
-                        raise CorruptLogError(f"{f.path}: commitInfo is not a JSON object")
-                    info = dict(found or {})
-                    break
-            info.setdefault("timestamp", f.modification_time)
-            out.append({**info, "version": version})
-        return out
+
+    def generate_symlink_manifest(self, snapshot: Snapshot | None = None) -> ManifestUpdate:
+        """Rewrite every symlink manifest of `snapshot` (default: the latest)."""
+        return maintenance.generate_symlink_manifest(self.location, snapshot)
+
+    def cleanup_expired_logs(
+        self, snapshot: Snapshot | None = None, now_ms: int | None = None
+    ) -> list[str]:
+        """Delete the expired log files no version needs; their names."""
+        config = (snapshot or self.update()).config
+        return maintenance.cleanup_expired_logs(self.location, config, now_ms)
 
     def __repr__(self) -> str:
         return f"DeltaLog({self.table_uri!r})"

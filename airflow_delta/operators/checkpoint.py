@@ -72,12 +72,6 @@ class DeltaCheckpointOperator(BaseOperator):
         return DeltaHook(self.delta_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_delta.engine.commands.vacuum import vacuum
-        from airflow_delta.engine.txn.post_commit import (
-            cleanup_expired_logs,
-            generate_symlink_manifest,
-        )
-
         delta_log = self.hook.get_delta_log(self.table_uri)
         snapshot = delta_log.update()
         checkpoint = delta_log.checkpoint(snapshot)
@@ -100,7 +94,7 @@ class DeltaCheckpointOperator(BaseOperator):
         }
         if self.cleanup_expired_logs:
             if snapshot.config.enable_expired_log_cleanup:
-                cleaned = cleanup_expired_logs(delta_log, snapshot)
+                cleaned = delta_log.cleanup_expired_logs(snapshot)
                 result["cleaned"] = len(cleaned)
                 log.info("Deleted %s expired log file(s) of table %s", len(cleaned), self.table_uri)
             else:
@@ -109,10 +103,10 @@ class DeltaCheckpointOperator(BaseOperator):
                     self.table_uri,
                 )
         if self.generate_symlink_manifest:
-            update = generate_symlink_manifest(delta_log, snapshot)
+            update = delta_log.generate_symlink_manifest(snapshot)
             result["manifests"] = len(update.written)
         if self.vacuum_retention_hours is not None:
-            vacuumed = vacuum(delta_log, retention_hours=float(self.vacuum_retention_hours))
+            vacuumed = delta_log.vacuum(retention_hours=float(self.vacuum_retention_hours))
             result["vacuumed"] = len(vacuumed.files_deleted)
             result["vacuumed_bytes"] = vacuumed.bytes_deleted
             log.info(

@@ -64,8 +64,8 @@ from airflow_delta.engine.commands.merge import (
 )
 from airflow_delta.engine.errors import DeltaError
 from airflow_delta.engine.protocol.actions import Action, stats_num_records
-from airflow_delta.spark.read import _TableLayout, scan_files, spark_uri
-from airflow_delta.spark.write import _NUMERIC_ORDER, write_files
+from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
+from airflow_delta.spark.write import NUMERIC_ORDER, write_files
 
 __all__ = [
     "DeltaMergeBuilder",
@@ -195,7 +195,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if not plain or not len(files):
             rows = scan_files(spark, snapshot, files, file_column=_FILE, row_index_column=_ROW)
             return rows, lambda key: key
-        layout = _TableLayout.of(spark, snapshot)
+        layout = TableLayout.of(spark, snapshot)
         by_uri = {
             _file_uri(spark_uri(layout.resolve(path))): path
             for path in pc.struct_field(files, "path").to_pylist()
@@ -402,7 +402,7 @@ def merge_delta(
 #: Source column types whose values `toArrow()` keeps as Spark compares and stores them
 #: (timestamps are converted through the session time zone: they stay on Spark).
 _COLLECTED_TYPES = (
-    *_NUMERIC_ORDER,
+    *NUMERIC_ORDER,
     *(T.DecimalType, T.BooleanType, T.StringType, T.BinaryType, T.DateType),
 )
 

@@ -60,7 +60,7 @@ from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, Uns
 from airflow_delta.engine.expressions.predicates import parse_predicates
 from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.protocol.features import LOG_READER_FEATURES, reader_features
-from airflow_delta.engine.protocol.paths import FileLocation, resolve_path, table_root
+from airflow_delta.engine.protocol.paths import FileLocation, resolve_path
 from airflow_delta.engine.protocol.schema import partition_values_to_arrow, schema_from_json
 from airflow_delta.spark import deletion_vectors as dvs
 
@@ -131,7 +131,7 @@ def scan_files(
     DeltaProtocolError (or UnsupportedStorageError) before reading when the table or a file
     cannot be read correctly.
     """
-    table = _TableLayout.of(spark, snapshot)
+    table = TableLayout.of(spark, snapshot)
     for name in (file_column, row_index_column):
         if name is not None and (name.lower() in table.lower_names or name.startswith(_INTERNAL)):
             raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
@@ -234,7 +234,7 @@ def _hadoop_uri(location: FileLocation, path: str) -> str:
 
 
 @dataclass(frozen=True)
-class _TableLayout:
+class TableLayout:
     """How the table's logical schema maps to the parquet files and the log."""
 
     table: str
@@ -245,7 +245,7 @@ class _TableLayout:
     partition_fields: dict[str, str]  # logical field name -> partitionValues key
 
     @classmethod
-    def of(cls, spark: SparkSession, snapshot: Snapshot) -> _TableLayout:
+    def of(cls, spark: SparkSession, snapshot: Snapshot) -> TableLayout:
         """The layout of `snapshot`'s table; DeltaProtocolError if Spark cannot read it."""
         table = snapshot.table_uri
         _check_reader_features(spark, snapshot)
@@ -272,7 +272,7 @@ class _TableLayout:
             _check_type_changes(field, table)
         return cls(
             table=table,
-            root=table_root(snapshot.table_uri, snapshot.delta_log.table_path),
+            root=snapshot.location.root,
             schema_fields=fields,
             spark_schema=T.StructType.fromJson(schema_json),
             column_mapping=mode != "none",
@@ -536,7 +536,7 @@ def _java_quote_char(match: re.Match[str]) -> str:
 
 def _files_frame(
     spark: SparkSession,
-    table: _TableLayout,
+    table: TableLayout,
     files: pa.StructArray,
     locations: Sequence[FileLocation],
 ) -> DataFrame:
@@ -562,13 +562,13 @@ def _files_frame(
 
 
 def _deleted_rows(
-    snapshot: Snapshot, table: _TableLayout, files: pa.StructArray
+    snapshot: Snapshot, table: TableLayout, files: pa.StructArray
 ) -> pa.Table | None:
     """(file id, row index) of every row the files' deletion vectors delete; None if none."""
     descriptors = pc.struct_field(files, "deletionVector")
     if descriptors.null_count == len(descriptors):
         return None
-    fs = snapshot.delta_log.store.fs
+    fs = snapshot.location.store.fs
     contents: dict[str, bytes] = {}
     ids, rows = [], []
     for file_id, dv in enumerate(descriptors.to_pylist()):

@@ -130,7 +130,7 @@ def _compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-_NUMERIC_ORDER = (
+NUMERIC_ORDER = (
     T.ByteType,
     T.ShortType,
     T.IntegerType,
@@ -145,8 +145,8 @@ def _can_up_cast(src: T.DataType, dst: T.DataType) -> bool:
     """Whether every value of `src` is kept by a cast to `dst` (Spark's upcast rules)."""
     if isinstance(src, T.NullType) or src.simpleString() == dst.simpleString():
         return True
-    if type(src) in _NUMERIC_ORDER and type(dst) in _NUMERIC_ORDER:
-        return _NUMERIC_ORDER.index(type(src)) <= _NUMERIC_ORDER.index(type(dst))
+    if type(src) in NUMERIC_ORDER and type(dst) in NUMERIC_ORDER:
+        return NUMERIC_ORDER.index(type(src)) <= NUMERIC_ORDER.index(type(dst))
     if type(src) in _INTEGRAL_DIGITS and isinstance(dst, T.DecimalType):
         return dst.precision - dst.scale >= _INTEGRAL_DIGITS[type(src)]
     if isinstance(src, T.DecimalType) and isinstance(dst, T.DecimalType):
@@ -425,7 +425,7 @@ def write_files(
     physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
     if column_mapping:
         data = _to_physical(data, schema_json, txn.table)
-    plan = WritePlan.for_table(txn.delta_log, metadata, storage_options, target_file_size)
+    plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
     task = functools.partial(_write_task, plan, checks, physical_names)
     return add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL))])
 

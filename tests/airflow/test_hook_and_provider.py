@@ -253,7 +253,7 @@ def test_write_operator_commits_to_s3_through_a_delta_connection(
 
 def test_checkpoint_operator_vacuums_and_refuses_a_short_retention(tmp_path) -> None:
     """The maintenance steps of DeltaCheckpointOperator (its `execute` needs no context)."""
-    from airflow_delta.engine.commands.vacuum import VacuumRetentionError
+    from airflow_delta.engine.commands.maintenance import VacuumRetentionError
     from airflow_delta.operators.checkpoint import DeltaCheckpointOperator
     from tests.unit.test_vacuum import OLD_UNREFERENCED, build_table
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
-from airflow_delta.engine.commands.vacuum import vacuum
+from airflow_delta.engine.commands.maintenance import vacuum
 from tests.conftest import s3_client
 from tests.unit.test_vacuum import SCHEMA as PARTITIONED_SCHEMA
 
@@ -85,7 +85,7 @@ def _table(storage: Storage, name: str, active: list[str]) -> DeltaLog:
 
 
 def _run_vacuum(log: DeltaLog):
-    return vacuum(log, now_ms=LATER)
+    return vacuum(log.location, now_ms=LATER)
 
 
 # A key segment made of characters fsspec would treat as a pattern, URI syntax and the like.
@@ -190,8 +190,8 @@ def test_a_stale_writer_on_s3_fails_instead_of_vanishing(s3_bucket) -> None:
     """The stale-writer reproduction on S3: cleanup (run as if 40 days later) removes the
     commits below the checkpoint; the stale writer's conditional PUT of version 2 succeeds,
     and the commit is withdrawn with StaleCommitError instead of returning 2."""
+    from airflow_delta.engine.commands.maintenance import cleanup_expired_logs
     from airflow_delta.engine.errors import StaleCommitError
-    from airflow_delta.engine.txn.post_commit import cleanup_expired_logs
 
     bucket, options = s3_bucket
     uri = f"s3://{bucket}/stale"
@@ -205,7 +205,9 @@ def test_a_stale_writer_on_s3_fails_instead_of_vanishing(s3_bucket) -> None:
             [AddFile(f"_k=a/f{i}", {"_k": "a"}, 9, 0)], Operation("WRITE")
         )
     log.checkpoint()
-    assert "00000000000000000002.json" in cleanup_expired_logs(log, now_ms=LATER + 2 * DAY_MS)
+    assert "00000000000000000002.json" in cleanup_expired_logs(
+        log.location, now_ms=LATER + 2 * DAY_MS
+    )
 
     with pytest.raises(StaleCommitError):
         stale.commit([AddFile("_k=a/lost", {"_k": "a"}, 9, 0)], Operation("WRITE"))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
-from airflow_delta.engine.commands.vacuum import vacuum
+from airflow_delta.engine.commands.maintenance import vacuum
 from airflow_delta.engine.errors import CorruptLogError
 
 duckdb = pytest.importorskip("duckdb")
@@ -53,7 +53,7 @@ def test_vacuum_keeps_the_files_duckdb_wrote(tmp_path: Path) -> None:
     assert written.startswith("/duckdb-")  # the writer's habit this test is about
     (table / "orphan.parquet").write_bytes(b"PAR1")
 
-    result = vacuum(log, now_ms=int(time.time() * 1000) + 30 * DAY_MS)
+    result = vacuum(log.location, now_ms=int(time.time() * 1000) + 30 * DAY_MS)
 
     assert result.files_deleted == ["orphan.parquet"]
     assert (table / written.lstrip("/")).exists()

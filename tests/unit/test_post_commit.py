@@ -11,18 +11,17 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine import AddFile, DeltaLog, Metadata, Operation, RemoveFile
-from airflow_delta.engine.errors import DeltaProtocolError, VersionNotFoundError
-from airflow_delta.engine.protocol.schema import partition_path
-from airflow_delta.engine.txn.post_commit import (
+from airflow_delta.engine.commands.maintenance import (
     MANIFEST_LOCATION,
-    GenerateSymlinkManifest,
-    LogCleanupHook,
     absolute_file_uri,
     cleanup_expired_logs,
     generate_incremental_manifest,
     generate_symlink_manifest,
     table_root_uri,
 )
+from airflow_delta.engine.errors import DeltaProtocolError, VersionNotFoundError
+from airflow_delta.engine.protocol.schema import partition_path
+from airflow_delta.engine.txn.post_commit import GenerateSymlinkManifest, LogCleanupHook
 from tests.unit.delta_log_builder import add, commit_info, metadata, protocol, write_commit
 
 SCHEMA = pa.schema([("x", pa.int64()), ("a", pa.string()), ("b", pa.string())])
@@ -203,7 +202,7 @@ def test_full_and_incremental_generation_agree(table) -> None:
     stale.write_text(f"file:{root}/a=9/b=old/gone.parquet\n")
     (root / MANIFEST_LOCATION / "a=1/b=v1/manifest").write_text("garbage\n")
 
-    update = generate_symlink_manifest(delta_log)
+    update = generate_symlink_manifest(delta_log.location)
 
     assert update.full
     assert str(stale) in update.deleted
@@ -246,14 +245,14 @@ def test_incremental_update_reports_a_full_run_when_the_root_is_missing(table) -
     version, _ = commit(delta_log, [f3])
     latest = delta_log.snapshot_at(version=version)
 
-    partial = generate_incremental_manifest(delta_log, read, latest, [f3])
+    partial = generate_incremental_manifest(delta_log.location, read, latest, [f3])
     assert not partial.full
     assert partial.written == [str(root / MANIFEST_LOCATION / "a=1/b=x/manifest")]
 
     for path in sorted((root / MANIFEST_LOCATION).rglob("*"), reverse=True):
         path.unlink() if path.is_file() else path.rmdir()
     (root / MANIFEST_LOCATION).rmdir()
-    full = generate_incremental_manifest(delta_log, read, latest, [f3])
+    full = generate_incremental_manifest(delta_log.location, read, latest, [f3])
     assert full.full
     assert set(assert_manifests_match(root, delta_log)) == {"a=1/b=x", "a=2/b=x"}
 
@@ -266,7 +265,7 @@ def test_manifests_of_a_table_deltalake_wrote(tmp_path: Path) -> None:
     write_deltalake(uri, data, partition_by=["b"])
     write_deltalake(uri, data.slice(0, 2), partition_by=["b"], mode="append")
 
-    generate_symlink_manifest(DeltaLog.for_table(uri))
+    generate_symlink_manifest(DeltaLog.for_table(uri).location)
 
     listed = set().union(*manifests_on_disk(Path(uri)).values())
     assert listed == {f"file:{u}" for u in DeltaTable(uri).file_uris()}
@@ -326,7 +325,7 @@ def test_files_with_deletion_vectors_are_refused(tmp_path: Path) -> None:
     with pytest.raises(
         DeltaProtocolError, match=r"1 active files have deletion vectors.*deleted rows"
     ):
-        generate_symlink_manifest(DeltaLog.for_table(str(tmp_path)))
+        generate_symlink_manifest(DeltaLog.for_table(str(tmp_path)).location)
     assert not (tmp_path / MANIFEST_LOCATION).exists()
 
 
@@ -334,7 +333,7 @@ def test_column_mapping_is_refused(tmp_path: Path) -> None:
     configuration = {**SYMLINK, "delta.columnMapping.mode": "name"}
     write_commit(tmp_path, 0, [commit_info(), protocol(2, 5), metadata(configuration), add("f1")])
     with pytest.raises(DeltaProtocolError, match=r"column mapping.*wrong or empty columns"):
-        generate_symlink_manifest(DeltaLog.for_table(str(tmp_path)))
+        generate_symlink_manifest(DeltaLog.for_table(str(tmp_path)).location)
     assert not (tmp_path / MANIFEST_LOCATION).exists()
 
 
@@ -354,10 +353,10 @@ def test_absolute_file_uri(root: str, path: str, expected: str) -> None:
 
 
 def test_table_root_uri(tmp_path: Path) -> None:
-    assert table_root_uri(DeltaLog.for_table(str(tmp_path / "t"))) == f"file:{tmp_path}/t"
+    assert table_root_uri(DeltaLog.for_table(str(tmp_path / "t")).location) == f"file:{tmp_path}/t"
     options = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}
     s3 = DeltaLog.for_table("s3://bucket/path/t", options)
-    assert table_root_uri(s3) == "s3://bucket/path/t"
+    assert table_root_uri(s3.location) == "s3://bucket/path/t"
 
 
 # -- expired log cleanup -----------------------------------------------------------------------
@@ -403,7 +402,7 @@ def test_cleanup_deletes_below_the_newest_checkpoint(tmp_path: Path) -> None:
     assert {f"{v:020d}.checkpoint.parquet" for v in (10, 20)} <= names
     age(log_dir(delta_log).iterdir(), days=31)
 
-    deleted = cleanup_expired_logs(delta_log)
+    deleted = cleanup_expired_logs(delta_log.location)
 
     expected = {f"{v:020d}.json" for v in range(20)} | {f"{10:020d}.checkpoint.parquet"}
     assert set(deleted) == expected
@@ -418,7 +417,7 @@ def test_cleanup_keeps_what_commits_within_retention_need(tmp_path: Path) -> Non
     delta_log, counts = appended_table(tmp_path / "t", 25)
     age(log_files(delta_log, *range(15)), days=31)  # 15..25 (and checkpoint 20) are recent
 
-    deleted = cleanup_expired_logs(delta_log)
+    deleted = cleanup_expired_logs(delta_log.location)
 
     # Commit 15 is within retention: it needs checkpoint 10 and commits 11-14, old or not.
     assert set(deleted) == {f"{v:020d}.json" for v in range(10)}
@@ -428,14 +427,14 @@ def test_cleanup_keeps_what_commits_within_retention_need(tmp_path: Path) -> Non
 def test_cleanup_respects_the_configured_retention(tmp_path: Path) -> None:
     delta_log, counts = appended_table(tmp_path / "t", 12)
     age(log_dir(delta_log).iterdir(), days=2)
-    assert cleanup_expired_logs(delta_log) == []  # default: 30 days
+    assert cleanup_expired_logs(delta_log.location) == []  # default: 30 days
     assert_versions(delta_log, counts, first_readable=0)
 
     short, short_counts = appended_table(
         tmp_path / "short", 12, {"delta.logRetentionDuration": "interval 1 day"}
     )
     age(log_dir(short).iterdir(), days=2)
-    assert set(cleanup_expired_logs(short)) == {f"{v:020d}.json" for v in range(10)}
+    assert set(cleanup_expired_logs(short.location)) == {f"{v:020d}.json" for v in range(10)}
     assert_versions(short, short_counts, first_readable=10)
 
 
@@ -443,7 +442,7 @@ def test_cleanup_without_a_checkpoint_deletes_nothing(tmp_path: Path) -> None:
     delta_log, counts = appended_table(tmp_path / "t", 5)
     assert not any("checkpoint" in p.name for p in log_dir(delta_log).iterdir())
     age(log_dir(delta_log).iterdir(), days=365)
-    assert cleanup_expired_logs(delta_log) == []
+    assert cleanup_expired_logs(delta_log.location) == []
     assert_versions(delta_log, counts, first_readable=0)
 
 
@@ -465,7 +464,7 @@ def test_cleanup_of_multi_part_checkpoints_checksums_and_compactions(tmp_path: P
     assert len(parts) == 3  # 4 files + protocol + metadata, 2 actions per part
     age(log.iterdir(), days=31)
     age([log / f"{1:020d}.crc"], days=29)  # below the boundary but within retention
-    deleted = cleanup_expired_logs(delta_log)
+    deleted = cleanup_expired_logs(delta_log.location)
 
     assert set(deleted) == {
         *(f"{v:020d}.json" for v in range(6)),
@@ -486,7 +485,7 @@ def test_cleanup_skips_an_incomplete_multi_part_checkpoint(tmp_path: Path) -> No
     next(p for p in log.iterdir() if ".checkpoint.0000000001." in p.name).unlink()
     age(log.iterdir(), days=31)
 
-    deleted = cleanup_expired_logs(delta_log)
+    deleted = cleanup_expired_logs(delta_log.location)
 
     assert f"{3:020d}.json" not in deleted  # checkpoint 4 is incomplete: 2 is the boundary
     assert set(deleted) == {f"{v:020d}.json" for v in range(2)}
@@ -535,5 +534,5 @@ def test_manifests_on_s3(s3_bucket) -> None:
 
     stale = f"{base}/a=3/b=old/manifest"
     fs.pipe_file(stale, b"s3://elsewhere\n")
-    assert generate_symlink_manifest(delta_log).deleted == [stale]
+    assert generate_symlink_manifest(delta_log.location).deleted == [stale]
     assert fs.find(base) == [f"{base}/a=1/b=x%3Dy/manifest"]

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.commands.maintenance import cleanup_expired_logs, truncate_day
 from airflow_delta.engine.errors import StaleCommitError
-from airflow_delta.engine.txn.post_commit import cleanup_expired_logs, truncate_day
 from tests.unit.txn_helpers import APPEND, add, new_table
 
 DAY_MS = 86_400_000
@@ -42,7 +42,7 @@ def _stale_setup(table: Path):
         log.start_transaction().commit([add("a", f"v{i}.parquet")], APPEND)
     log.checkpoint()
     _age_log(table / "_delta_log", 40)
-    deleted = cleanup_expired_logs(log)
+    deleted = cleanup_expired_logs(log.location)
     assert "00000000000000000002.json" in deleted
     return log, stale
 
@@ -70,7 +70,7 @@ def test_a_stale_writer_with_in_commit_timestamps_fails_too(tmp_path: Path) -> N
         log.start_transaction().commit([add("a")], APPEND)
     log.checkpoint()
     _age_log(tmp_path / "t/_delta_log", 40)
-    cleanup_expired_logs(log)
+    cleanup_expired_logs(log.location)
 
     with pytest.raises(StaleCommitError):
         stale.commit([add("a")], APPEND)
@@ -101,8 +101,8 @@ def test_cleanup_cutoff_is_truncated_to_the_start_of_the_day(tmp_path: Path) -> 
     for path in (tmp_path / "t/_delta_log").glob("*.json"):
         os.utime(path, (expired_at, expired_at))
 
-    assert cleanup_expired_logs(log, now_ms=now) == []
-    assert len(cleanup_expired_logs(log, now_ms=now + DAY_MS)) == 3
+    assert cleanup_expired_logs(log.location, now_ms=now) == []
+    assert len(cleanup_expired_logs(log.location, now_ms=now + DAY_MS)) == 3
 
 
 # -- randomized interleavings ------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_interleavings_of_writers_checkpoints_and_cleanup_lose_nothing(tmp_path_
         elif action == "checkpoint":
             log.checkpoint()
         else:
-            cleanup_expired_logs(log, now_ms=int(time.time() * 1000) + 400 * DAY_MS)
+            cleanup_expired_logs(log.location, now_ms=int(time.time() * 1000) + 400 * DAY_MS)
     files = {
         f.path.removeprefix("part=a/") for f in DeltaLog.for_table(str(table)).update().all_files()
     }

@@ -234,7 +234,7 @@ def test_commit_failed_after_max_attempts(tmp_path) -> None:
             append(log)
             super().do_commit(attempt_version, *args)
 
-    txn = Racing(log, log.update(), CommitProperties(max_commit_attempts=3, commit_lock=False))
+    txn = Racing(log.location, log.update(), CommitProperties(max_commit_attempts=3, commit_lock=False))
     with pytest.raises(CommitFailedError) as err:
         txn.commit([add("a")], APPEND)
     text = str(err.value)
@@ -356,7 +356,7 @@ def test_create_table_refuses_a_bad_property(tmp_path) -> None:
 def test_vacuum_refuses_a_negative_configured_retention(tmp_path) -> None:
     """A negative delta.deletedFileRetentionDuration would make vacuum delete the files of
     writes still in flight."""
-    from airflow_delta.engine.commands.vacuum import vacuum
+    from airflow_delta.engine.commands.maintenance import vacuum
     from airflow_delta.engine.errors import InvalidTablePropertyError
 
     log = new_table(tmp_path / "t")
@@ -365,7 +365,7 @@ def test_vacuum_refuses_a_negative_configured_retention(tmp_path) -> None:
     in_flight.parent.mkdir(parents=True)
     in_flight.write_bytes(b"PAR1")
     with pytest.raises(InvalidTablePropertyError, match="negative"):
-        vacuum(DeltaLog.for_table(str(tmp_path / "t")))
+        vacuum(DeltaLog.for_table(str(tmp_path / "t")).location)
     assert in_flight.exists()
     assert log.table_uri
 

@@ -18,8 +18,8 @@ from airflow_delta.engine import (
     Operation,
     RemoveFile,
 )
-from airflow_delta.engine.commands import vacuum as vacuum_module
-from airflow_delta.engine.commands.vacuum import (
+from airflow_delta.engine.commands import maintenance as vacuum_module
+from airflow_delta.engine.commands.maintenance import (
     VacuumRetentionError,
     deletion_vector_path,
     vacuum,
@@ -103,7 +103,7 @@ def test_dry_run_lists_and_deletes_nothing(table) -> None:
     root, delta_log = table
     before = tree(root)
 
-    result = vacuum(delta_log, dry_run=True)
+    result = vacuum(delta_log.location, dry_run=True)
 
     assert result.dry_run
     assert result.files_deleted == OLD_UNREFERENCED
@@ -115,9 +115,9 @@ def test_dry_run_lists_and_deletes_nothing(table) -> None:
 def test_vacuum_deletes_only_old_unreferenced_files(table, caplog) -> None:
     root, delta_log = table
     before = tree(root)
-    caplog.set_level(logging.INFO, logger="airflow_delta.engine.commands.vacuum")
+    caplog.set_level(logging.INFO, logger="airflow_delta.engine.commands.maintenance")
 
-    result = vacuum(delta_log)
+    result = vacuum(delta_log.location)
 
     assert not result.dry_run
     assert result.files_deleted == OLD_UNREFERENCED
@@ -126,9 +126,9 @@ def test_vacuum_deletes_only_old_unreferenced_files(table, caplog) -> None:
         tree(root)
     )
     assert delta_log.update().num_files == 1
-    [record] = [r for r in caplog.records if r.name == "airflow_delta.engine.commands.vacuum"]
+    [record] = [r for r in caplog.records if r.name == "airflow_delta.engine.commands.maintenance"]
     assert str(root) in record.getMessage() and "3 of 6 files" in record.getMessage()
-    assert vacuum(delta_log).files_deleted == []
+    assert vacuum(delta_log.location).files_deleted == []
 
 
 def test_a_file_deleted_meanwhile_is_not_an_error(table, monkeypatch) -> None:
@@ -141,7 +141,7 @@ def test_a_file_deleted_meanwhile_is_not_an_error(table, monkeypatch) -> None:
         return iter(listed)
 
     monkeypatch.setattr(vacuum_module, "_list_files", listed_then_deleted)
-    assert vacuum(delta_log).files_deleted == OLD_UNREFERENCED
+    assert vacuum(delta_log.location).files_deleted == OLD_UNREFERENCED
     assert not any((root / f).exists() for f in OLD_UNREFERENCED)
 
 
@@ -149,7 +149,7 @@ def test_retention_below_the_tables_is_refused_unless_forced(table) -> None:
     root, delta_log = table
     before = tree(root)
     with pytest.raises(VacuumRetentionError) as info:
-        vacuum(delta_log, retention_hours=0.5)
+        vacuum(delta_log.location, retention_hours=0.5)
     assert isinstance(info.value, ValueError)
     message = str(info.value)
     assert str(root) in message
@@ -157,7 +157,7 @@ def test_retention_below_the_tables_is_refused_unless_forced(table) -> None:
     assert "enforce_retention_duration=False" in message and "--force" in message
     assert tree(root) == before
 
-    result = vacuum(delta_log, retention_hours=0.5, enforce_retention_duration=False)
+    result = vacuum(delta_log.location, retention_hours=0.5, enforce_retention_duration=False)
 
     # The file removed an hour ago is no longer protected; the half-hour-old orphan is not old.
     assert result.files_deleted == sorted([*OLD_UNREFERENCED, "_k=a/new-removed.parquet"])
@@ -166,8 +166,8 @@ def test_retention_below_the_tables_is_refused_unless_forced(table) -> None:
 
 def test_a_longer_retention_keeps_more(table) -> None:
     _, delta_log = table
-    assert vacuum(delta_log, retention_hours=24 * 60, dry_run=True).files_deleted == []
-    assert vacuum(delta_log, retention_hours=24 * 8, dry_run=True).files_deleted == (
+    assert vacuum(delta_log.location, retention_hours=24 * 60, dry_run=True).files_deleted == []
+    assert vacuum(delta_log.location, retention_hours=24 * 8, dry_run=True).files_deleted == (
         OLD_UNREFERENCED
     )
 
@@ -179,13 +179,13 @@ def test_the_tables_retention_is_the_default(tmp_path: Path) -> None:
     put(root, "three-hours.parquet", age_days=3 / 24)
     put(root, "one-hour.parquet", age_days=1 / 24)
 
-    assert vacuum(delta_log, dry_run=True).retention_hours == 2
+    assert vacuum(delta_log.location, dry_run=True).retention_hours == 2
     with pytest.raises(VacuumRetentionError, match=r"1 hours.*2 hours"):
-        vacuum(delta_log, retention_hours=1)
-    assert vacuum(delta_log).files_deleted == ["three-hours.parquet"]
+        vacuum(delta_log.location, retention_hours=1)
+    assert vacuum(delta_log.location).files_deleted == ["three-hours.parquet"]
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=">= 0"):
-            vacuum(delta_log, retention_hours=bad, enforce_retention_duration=False)
+            vacuum(delta_log.location, retention_hours=bad, enforce_retention_duration=False)
 
 
 def test_hidden_paths_log_and_manifests_are_untouched(table) -> None:
@@ -207,7 +207,7 @@ def test_hidden_paths_log_and_manifests_are_untouched(table) -> None:
         os.utime(path, (0, 0))
     log_before = sorted(p.name for p in Path(delta_log.log_path).iterdir())
 
-    result = vacuum(delta_log)
+    result = vacuum(delta_log.location)
 
     assert result.files_deleted == sorted(["_change_data/cdc-old.parquet", *OLD_UNREFERENCED])
     assert set(hidden) <= tree(root)
@@ -245,7 +245,7 @@ def test_paths_from_the_log_never_reach_outside_the_root(tmp_path: Path) -> None
     )
     put(root, "orphan.parquet")
 
-    result = vacuum(delta_log, retention_hours=0, enforce_retention_duration=False)
+    result = vacuum(delta_log.location, retention_hours=0, enforce_retention_duration=False)
 
     assert result.files_deleted == ["orphan.parquet"]
     for path in [*outside, sibling, kept_abs, kept_escaped, kept_dotdot]:
@@ -280,7 +280,7 @@ def test_deletion_vector_files(tmp_path: Path) -> None:
     [f2] = [f for f in delta_log.update().all_files() if f.path == "f2.parquet"]
     commit(delta_log, [f2.remove(NOW_MS - HOUR_MS)])
 
-    result = vacuum(delta_log)
+    result = vacuum(delta_log.location)
 
     assert result.files_deleted == ["ab/deletion_vector_ffffffff-8816-431a-aaf6-d3fe2512ff61.bin"]
     assert not orphan_dv.exists()
@@ -329,7 +329,7 @@ def test_an_unreadable_deletion_vector_stops_vacuum(tmp_path: Path, value: str) 
     )
     put(tmp_path, "orphan.parquet")
     with pytest.raises(CorruptLogError, match="deletion vector"):
-        vacuum(DeltaLog.for_table(str(tmp_path)))
+        vacuum(DeltaLog.for_table(str(tmp_path)).location)
     assert (tmp_path / "orphan.parquet").is_file()
 
 
@@ -341,7 +341,7 @@ def test_unknown_writer_features_are_refused(tmp_path: Path) -> None:
     )
     put(tmp_path, "orphan.parquet")
     with pytest.raises(DeltaProtocolError, match="someFutureFeature"):
-        vacuum(DeltaLog.for_table(str(tmp_path)))
+        vacuum(DeltaLog.for_table(str(tmp_path)).location)
     assert (tmp_path / "orphan.parquet").is_file()
 
 
@@ -350,12 +350,13 @@ def test_vacuum_manifests_and_log_cleanup_do_not_import_pandas(table) -> None:
     script = (
         "import sys\n"
         "from airflow_delta.engine import DeltaLog\n"
-        "from airflow_delta.engine.txn.post_commit import cleanup_expired_logs\n"
-        "from airflow_delta.engine.txn.post_commit import generate_symlink_manifest\n"
-        "from airflow_delta.engine.commands.vacuum import vacuum\n"
+        "from airflow_delta.engine.commands.maintenance import cleanup_expired_logs\n"
+        "from airflow_delta.engine.commands.maintenance import generate_symlink_manifest\n"
+        "from airflow_delta.engine.commands.maintenance import vacuum\n"
         f"log = DeltaLog.for_table({str(root)!r})\n"
-        "vacuum(log, retention_hours=0, enforce_retention_duration=False)\n"
-        "generate_symlink_manifest(log); cleanup_expired_logs(log, now_ms=2**62)\n"
+        "vacuum(log.location, retention_hours=0, enforce_retention_duration=False)\n"
+        "generate_symlink_manifest(log.location)\n"
+        "cleanup_expired_logs(log.location, now_ms=2**62)\n"
         "print('pandas' in sys.modules)\n"
     )
     assert not imports_pandas(script)
@@ -389,11 +390,11 @@ def test_vacuum_on_s3(s3_bucket) -> None:
         ],
     )
 
-    dry = vacuum(delta_log, dry_run=True, now_ms=later)
+    dry = vacuum(delta_log.location, dry_run=True, now_ms=later)
     assert dry.files_deleted == ["_k=a/old-removed.parquet", "_k=a/orphan.parquet"]
     assert fs.exists(f"{bucket}/t/_k=a/orphan.parquet")
 
-    result = vacuum(delta_log, now_ms=later)
+    result = vacuum(delta_log.location, now_ms=later)
 
     assert result.files_deleted == dry.files_deleted
     fs.invalidate_cache()
@@ -426,7 +427,9 @@ def test_vacuum_agrees_with_deltalake(tmp_path: Path) -> None:
         retention_hours=0, enforce_retention_duration=False, dry_run=True, full=True
     )
 
-    ours = vacuum(DeltaLog.for_table(uri), retention_hours=0, enforce_retention_duration=False)
+    ours = vacuum(
+        DeltaLog.for_table(uri).location, retention_hours=0, enforce_retention_duration=False
+    )
 
     assert len(ours.files_deleted) == 4  # 3 overwritten files and the orphan
     assert ours.files_deleted == sorted(theirs)

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
 from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_ID,
@@ -45,9 +46,6 @@ from airflow_delta.engine.protocol.schema import (
     partition_path,
     serialize_partition_value,
 )
-
-if TYPE_CHECKING:
-    from airflow_delta.engine.delta_log import DeltaLog
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
 #: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
@@ -247,21 +245,21 @@ class WritePlan:
     @classmethod
     def for_table(
         cls,
-        delta_log: DeltaLog,
+        location: TableLocation,
         metadata: Metadata,
         storage_options: Mapping[str, Any] | None = None,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     ) -> WritePlan:
-        """The plan of writing data files of `metadata`'s table at `delta_log`'s location;
-        storage options default to the DeltaLog's."""
+        """The plan of writing data files of `metadata`'s table at `location`; storage
+        options default to the location's."""
         columns = metadata.partition_columns
         column_mapping = metadata.column_mapping_mode != "none"
         schema = metadata.schema
         types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
-        options = delta_log.storage_options if storage_options is None else storage_options
+        options = location.storage_options if storage_options is None else storage_options
         return cls(
-            uri=delta_log.table_uri,
-            root=delta_log.table_path,
+            uri=location.uri,
+            root=location.table_path,
             storage_options=dict(options),
             data_schema=pa.schema(
                 [file_field(f, column_mapping) for f in schema if f.name not in columns]

@@ -53,7 +53,6 @@ from airflow_delta.engine.commands.data_files import (
     partition_runs,
 )
 from airflow_delta.engine.commands.data_reader import conform, fs_path, plain_table, same_family
-from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
     MultipleSourceRowMatchingTargetRowInMergeError,
@@ -61,17 +60,20 @@ from airflow_delta.engine.errors import (
     UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.predicates import InvalidPredicateError, PartitionPredicate
-from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Operation, add_files_from_arrow
 from airflow_delta.engine.protocol.features import check_writer_support
-from airflow_delta.engine.protocol.paths import table_root
 from airflow_delta.engine.protocol.schema import (
     arrow_type,
     delta_field_metadata,
     delta_type_name,
     parse_partition_value,
 )
-from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.transaction import (
+    CommitProperties,
+    OptimisticTransaction,
+    start_transaction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +244,9 @@ class MergeBuilder:
             raise ValueError(
                 f"MERGE into {self.target_uri}: there must be at least one WHEN clause."
             )
-        txn = DeltaLog.for_table(self.target_uri, self.storage_options).start_transaction(
-            properties=self.commit_properties
+        txn = start_transaction(
+            TableLocation.of(self.target_uri, self.storage_options),
+            properties=self.commit_properties,
         )
         self.transaction = txn
         if txn.already_committed():
@@ -959,8 +962,8 @@ class _FileReader:
         self.txn = txn
         self.table = table
         self.partition_columns = list(txn.metadata.partition_columns)
-        self.fs = get_log_store(txn.delta_log.table_uri, txn.delta_log.storage_options)[0].fs
-        self.root = table_root(txn.delta_log.table_uri, txn.delta_log.table_path)
+        self.fs = txn.location.store.fs
+        self.root = txn.location.root
         self.lengths = np.zeros(0, dtype=np.int64)
 
     def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
@@ -1051,7 +1054,7 @@ def _write_tasks(
     every file written is removed."""
     txn.has_written = True
     metadata = txn.metadata
-    plan = WritePlan.for_table(txn.delta_log, metadata)
+    plan = WritePlan.for_table(txn.location, metadata)
     writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
     types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
     columns = list(metadata.partition_columns)

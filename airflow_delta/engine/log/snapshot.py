@@ -1,18 +1,32 @@
-"""LogSegment and Snapshot: which log files make up a version, and the state they replay to."""
+"""Snapshot: the state of a table at one version, replayed from its log segment; loading one
+(falling back to an older checkpoint when one is unreadable) and checkpointing it."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.errors import CorruptLogError, VersionNotFoundError
+from airflow_delta.engine.log.checkpoints import (
+    DEFAULT_CHECKPOINT_PART_SIZE,
+    CheckpointResult,
+    checkpoint_pieces,
+    read_checkpoint,
+    write_checkpoint,
+)
+from airflow_delta.engine.log.log_segment import (
+    LogSegment,
+    build_log_segment,
+    list_log,
+    read_commit_info,
+    segment_from_hint,
+)
 from airflow_delta.engine.log.log_store import FileStatus
 from airflow_delta.engine.log.replay import (
     FileActions,
@@ -20,6 +34,7 @@ from airflow_delta.engine.log.replay import (
     LogBatch,
     parse_log_batch,
 )
+from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
 from airflow_delta.engine.protocol.actions import (
     AddFile,
@@ -31,114 +46,9 @@ from airflow_delta.engine.protocol.actions import (
     stats_num_records,
 )
 from airflow_delta.engine.protocol.config import TableConfig
-from airflow_delta.engine.protocol.features import check_reader_support
+from airflow_delta.engine.protocol.features import check_checkpoint_support, check_reader_support
 
-if TYPE_CHECKING:
-    from airflow_delta.engine.delta_log import DeltaLog
-
-
-@dataclass(frozen=True)
-class LogSegment:
-    """The newest complete checkpoint at or below `version`, and the commits after it."""
-
-    log_path: str
-    version: int
-    deltas: tuple[FileStatus, ...]
-    checkpoint_files: tuple[FileStatus, ...]
-    checkpoint_version: int | None
-    last_commit_timestamp: int
-
-
-def complete_checkpoints(listing: list[FileStatus]) -> dict[int, list[FileStatus]]:
-    """Complete checkpoints by version; multi-part ones with a missing part are ignored."""
-    single: dict[int, list[FileStatus]] = {}
-    multi: dict[tuple[int, int], dict[int, FileStatus]] = {}
-    for f in listing:
-        parsed = filenames.parse_log_file_name(f.name)
-        if parsed is None or parsed.kind != "checkpoint":
-            continue
-        if parsed.num_parts is None:
-            single.setdefault(parsed.version, [f])
-        else:
-            multi.setdefault((parsed.version, parsed.num_parts), {})[parsed.part] = f  # type: ignore[index]
-    complete = dict(single)
-    for (version, num_parts), parts in multi.items():
-        if version not in complete and set(parts) == set(range(1, num_parts + 1)):
-            complete[version] = [parts[i] for i in range(1, num_parts + 1)]
-    return complete
-
-
-def build_log_segment(
-    table: str,
-    log_path: str,
-    listing: list[FileStatus],
-    version: int | None = None,
-    exclude_checkpoints: frozenset[int] = frozenset(),
-) -> LogSegment:
-    """Choose the files that reconstruct `version` (the latest when None) from a listing."""
-    commits: dict[int, FileStatus] = {}
-    for f in listing:
-        parsed = filenames.parse_log_file_name(f.name)
-        if parsed is not None and parsed.kind == "commit":
-            commits[parsed.version] = f
-    checkpoints = {
-        v: files
-        for v, files in complete_checkpoints(listing).items()
-        if v not in exclude_checkpoints
-    }
-    latest = max([*commits, *checkpoints], default=-1)
-    if latest < 0:
-        raise TableNotFoundError(
-            f"{table} is not a Delta table: {log_path} holds no commit or checkpoint. "
-            "Check the path, or create the table first."
-        )
-    target = latest if version is None else version
-    if target > latest or target < 0:
-        raise VersionNotFoundError(
-            f"Cannot time travel table {table} to version {target}: "
-            f"available versions end at {latest}."
-        )
-    cp_version = max((v for v in checkpoints if v <= target), default=None)
-    start = 0 if cp_version is None else cp_version + 1
-    missing = [v for v in range(start, target + 1) if v not in commits]
-    if missing:
-        present = sorted(v for v in commits if v <= target)
-        if cp_version is None and 0 not in commits:
-            earliest = _earliest(commits, checkpoints)
-            if version is not None:
-                raise VersionNotFoundError(
-                    f"Cannot time travel table {table} to version {target}: its history was "
-                    f"cleaned up; the earliest recoverable version is {earliest}."
-                )
-            raise CorruptLogError(
-                f"Table {table}: commits before version {earliest} are missing and no "
-                "checkpoint covers them."
-            )
-        raise CorruptLogError(
-            f"Table {table}: versions are not contiguous: missing {_ranges(missing)} between "
-            f"{'checkpoint ' + str(cp_version) if cp_version is not None else 'version 0'} and "
-            f"version {target} (commits present: {_ranges(present)}). The log is corrupt; "
-            "restore the missing commit files."
-        )
-    deltas = tuple(commits[v] for v in range(start, target + 1))
-    cp_files = tuple(checkpoints[cp_version]) if cp_version is not None else ()
-    last = commits.get(target) or cp_files[-1]
-    return LogSegment(log_path, target, deltas, cp_files, cp_version, last.modification_time)
-
-
-def _earliest(commits: dict[int, FileStatus], checkpoints: dict[int, list[FileStatus]]) -> int:
-    return min(checkpoints, default=min(commits, default=0))
-
-
-def _ranges(versions: list[int]) -> str:
-    """`[0, 2, 3, 4]` as `0, 2-4`."""
-    out: list[str] = []
-    for v in versions:
-        if out and out[-1].split("-")[-1] == str(v - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{v}"
-        else:
-            out.append(str(v))
-    return ", ".join(out)
+log = logging.getLogger(__name__)
 
 
 def _unexpired(replay: InMemoryLogReplay) -> dict[str, SetTransaction]:
@@ -159,8 +69,8 @@ def _unexpired(replay: InMemoryLogReplay) -> dict[str, SetTransaction]:
 class Snapshot:
     """The state of a table at one version: protocol, metadata, transactions and files."""
 
-    def __init__(self, delta_log: DeltaLog, segment: LogSegment, replay: InMemoryLogReplay):
-        self.delta_log = delta_log
+    def __init__(self, location: TableLocation, segment: LogSegment, replay: InMemoryLogReplay):
+        self.location = location
         self.log_segment = segment
         self.version = segment.version
         self._replay = replay
@@ -171,21 +81,21 @@ class Snapshot:
         self.commit_info = replay.last_commit_info
 
     @classmethod
-    def empty(cls, delta_log: DeltaLog) -> Snapshot:
+    def empty(cls, location: TableLocation) -> Snapshot:
         """The state before version 0 (version -1): no protocol, metadata or files."""
-        segment = LogSegment(delta_log.log_path, -1, (), (), None, 0)
-        return cls(delta_log, segment, InMemoryLogReplay(min_file_retention_timestamp=0))
+        segment = LogSegment(location.log_path, -1, (), (), None, 0)
+        return cls(location, segment, InMemoryLogReplay(min_file_retention_timestamp=0))
 
     @classmethod
     def load(
-        cls, delta_log: DeltaLog, segment: LogSegment, checkpoint_batch: LogBatch | None = None
+        cls, location: TableLocation, segment: LogSegment, checkpoint_batch: LogBatch | None = None
     ) -> Snapshot:
         """Replay `segment` (its checkpoint already read into `checkpoint_batch` if any)."""
-        table = delta_log.table_uri
+        table = location.uri
         replay = InMemoryLogReplay(min_file_retention_timestamp=0)
         if checkpoint_batch is not None:
             replay.append(segment.checkpoint_version, checkpoint_batch)
-        store = delta_log.store
+        store = location.store
         for f in segment.deltas:
             version = filenames.parse_log_file_name(f.name).version  # type: ignore[union-attr]
             replay.append(version, parse_log_batch(store.read(f.path), f.path))
@@ -203,13 +113,13 @@ class Snapshot:
         config = TableConfig(replay.current_metadata.configuration, table)
         now_ms = int(time.time() * 1000)
         replay.min_file_retention_timestamp = now_ms - config.deleted_file_retention_ms
-        return cls(delta_log, segment, replay)
+        return cls(location, segment, replay)
 
     # -- table-level properties --------------------------------------------------------
 
     @property
     def table_uri(self) -> str:
-        return self.delta_log.table_uri
+        return self.location.uri
 
     @cached_property
     def config(self) -> TableConfig:
@@ -243,7 +153,7 @@ class Snapshot:
         if commit_info is None and not self.log_segment.deltas:
             # Loaded at a checkpoint version: the checkpoint has no commitInfo, the commit does.
             with contextlib.suppress(FileNotFoundError):
-                commit_info = self.delta_log.commit_info(self.version)
+                commit_info = read_commit_info(self.location, self.version)
         ict = commit_info and commit_info.in_commit_timestamp
         if ict is None:
             return self.log_segment.last_commit_timestamp
@@ -314,5 +224,63 @@ class Snapshot:
             f"reference it.{hint}"
         )
 
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def write_checkpoint(self, part_size: int = DEFAULT_CHECKPOINT_PART_SIZE) -> CheckpointResult:
+        """Write a classic (or multi-part, above `part_size` actions) checkpoint of this version."""
+        check_checkpoint_support(self.protocol, self.table_uri)
+        txns = list(self.set_transactions.values())
+        domains = list(self.domain_metadata.values())
+        pieces = checkpoint_pieces(
+            self.protocol, self.metadata, txns, domains, self.file_actions_in_batches()
+        )
+        max_rows = 2 + len(txns) + len(domains) + self.max_file_actions()
+        location = self.location
+        result = write_checkpoint(
+            location.store, location.log_path, self.version, pieces, max_rows, part_size
+        )
+        log.info(
+            "Checkpointed table %s at version %s (%s parts, %s actions)",
+            self.table_uri,
+            result.version,
+            result.parts,
+            result.num_actions,
+        )
+        return result
+
     def __repr__(self) -> str:
         return f"Snapshot(table={self.table_uri!r}, version={self.version})"
+
+
+def load_snapshot(location: TableLocation, version: int | None = None) -> Snapshot:
+    """The snapshot at `version` (the latest when None).
+
+    The latest is found by listing from `_last_checkpoint`; an unreadable checkpoint makes
+    the load fall back to an older one (or to version 0) instead of failing.
+    """
+    if version is not None and version < 0:
+        raise VersionNotFoundError(f"Cannot time travel table {location.uri} to {version}")
+    segment = segment_from_hint(location) if version is None else None
+    excluded: set[int] = set()
+    listing: list[FileStatus] | None = None
+    while True:
+        if segment is None:
+            listing = listing if listing is not None else list_log(location)
+            segment = build_log_segment(
+                location.uri, location.log_path, listing, version, frozenset(excluded)
+            )
+        batch = None
+        if segment.checkpoint_version is not None:
+            try:
+                batch = read_checkpoint(location.store, location.log_path, segment.checkpoint_files)
+            except (CorruptLogError, FileNotFoundError) as exc:
+                log.warning(
+                    "Checkpoint %s of %s is unreadable (%s); replaying from an older one",
+                    segment.checkpoint_version,
+                    location.uri,
+                    exc,
+                )
+                excluded.add(segment.checkpoint_version)
+                segment = None
+                continue
+        return Snapshot.load(location, segment, batch)

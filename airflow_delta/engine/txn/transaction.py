@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -28,10 +28,14 @@ from airflow_delta.engine.errors import (
     DeltaProtocolError,
     InvalidCommitError,
     StaleCommitError,
+    TableNotFoundError,
     TransactionStateError,
 )
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
+from airflow_delta.engine.log.log_segment import latest_version, read_commit_info
 from airflow_delta.engine.log.replay import parse_log_batch
+from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
+from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
 from airflow_delta.engine.protocol.actions import (
     ADD_TYPE,
@@ -71,10 +75,6 @@ from airflow_delta.engine.txn.post_commit import (
     PostCommitHook,
     post_commit_hook,
 )
-
-if TYPE_CHECKING:
-    from airflow_delta.engine.delta_log import DeltaLog
-    from airflow_delta.engine.log.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +131,11 @@ class OptimisticTransaction:
 
     def __init__(
         self,
-        delta_log: DeltaLog,
+        location: TableLocation,
         snapshot: Snapshot,
         properties: CommitProperties | None = None,
     ) -> None:
-        self.delta_log = delta_log
+        self.location = location
         self.snapshot = snapshot
         self.properties = properties or CommitProperties()
         self.txn_id = str(uuid.uuid4())
@@ -172,7 +172,7 @@ class OptimisticTransaction:
 
     @property
     def table(self) -> str:
-        return self.delta_log.table_uri
+        return self.location.uri
 
     def _partition_types(self) -> dict[str, Any]:
         metadata = self.metadata
@@ -349,7 +349,7 @@ class OptimisticTransaction:
         version = self.do_commit_retry_iteratively(
             self.read_version + 1, CommitInfo(info), prepared, isolation
         )
-        log.info("Committed delta #%s to %s", version, self.delta_log.log_path)
+        log.info("Committed delta #%s to %s", version, self.location.log_path)
         needs_checkpoint = version > 0 and version % config.checkpoint_interval == 0
         self.post_commit(version, needs_checkpoint)
         self.run_post_commit_hooks(version, prepared)
@@ -431,7 +431,7 @@ class OptimisticTransaction:
             yield
             return
         with _commit_locks_guard:
-            lock = _commit_locks.setdefault(self.delta_log.log_path, threading.Lock())
+            lock = _commit_locks.setdefault(self.location.log_path, threading.Lock())
         with lock:
             yield
 
@@ -494,10 +494,8 @@ class OptimisticTransaction:
         if config.in_commit_timestamps_enabled:
             commit_info.info["inCommitTimestamp"] = self._in_commit_timestamp(attempt_version)
         data = serialize_actions([commit_info, *actions])
-        path = self.delta_log.store.join(
-            self.delta_log.log_path, filenames.delta_file(attempt_version)
-        )
-        self.delta_log.store.write(path, data, overwrite=False)
+        path = self.location.log_file(filenames.delta_file(attempt_version))
+        self.location.store.write(path, data, overwrite=False)
         self._check_not_stale(attempt_version, path)
 
     def _check_not_stale(self, version: int, path: str) -> None:
@@ -512,12 +510,10 @@ class OptimisticTransaction:
         as stale: an error is loud, a lost commit is not). It is deleted again and
         StaleCommitError raised.
         """
-        store = self.delta_log.store
-        if version == 0 or store.exists(
-            store.join(self.delta_log.log_path, filenames.delta_file(version - 1))
-        ):
+        store = self.location.store
+        if version == 0 or store.exists(self.location.log_file(filenames.delta_file(version - 1))):
             return
-        listing = store.list_from(self.delta_log.log_path, filenames.version_prefix(version - 1))
+        listing = store.list_from(self.location.log_path, filenames.version_prefix(version - 1))
         name = filenames.delta_file(version)
         written_at = next((f.modification_time for f in listing if f.name == name), None)
         older_checkpoints = []
@@ -553,7 +549,7 @@ class OptimisticTransaction:
         if version == 0:
             return now
         try:
-            previous = self.delta_log.commit_info(version - 1)
+            previous = read_commit_info(self.location, version - 1)
         except FileNotFoundError:
             raise self._stale_error(version, None) from None
         prev_ict = (previous.in_commit_timestamp if previous else None) or 0
@@ -586,9 +582,9 @@ class OptimisticTransaction:
         """
         started = time.monotonic()
         next_version = self.get_next_attempt_version(check_version)
-        store = self.delta_log.store
+        store = self.location.store
         for version in range(check_version, next_version):
-            path = store.join(self.delta_log.log_path, filenames.delta_file(version))
+            path = self.location.log_file(filenames.delta_file(version))
             try:
                 data = store.read(path)
             except FileNotFoundError:  # cleaned up before we could check it
@@ -612,7 +608,7 @@ class OptimisticTransaction:
 
     def get_next_attempt_version(self, previous_attempt_version: int) -> int:
         """One past the latest commit in the log (listing from the attempt that failed)."""
-        return self.delta_log.latest_version(start=previous_attempt_version) + 1
+        return latest_version(self.location, start=previous_attempt_version) + 1
 
     def _backoff(self) -> None:
         ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (self.attempts - 1))
@@ -626,7 +622,7 @@ class OptimisticTransaction:
         if not needs_checkpoint:
             return
         try:
-            self.delta_log.checkpoint(self.delta_log.snapshot_at(version=commit_version))
+            load_snapshot(self.location, commit_version).write_checkpoint()
             self.hook_results["interval_checkpoint"] = "ok"
         except Exception as exc:
             log.warning("Failed to checkpoint table state.", exc_info=True)
@@ -668,3 +664,17 @@ def _check_names(names: list[str], column_mapping: bool, table: str) -> None:
                 f"Table {table}: column names {bad} contain invalid characters among "
                 "' ,;{}()\\n\\t='; rename them or enable column mapping."
             )
+
+
+def start_transaction(
+    location: TableLocation,
+    snapshot: Snapshot | None = None,
+    properties: CommitProperties | None = None,
+) -> OptimisticTransaction:
+    """A transaction on `snapshot` (default: the latest; version -1 for a new table)."""
+    if snapshot is None:
+        try:
+            snapshot = load_snapshot(location)
+        except TableNotFoundError:
+            snapshot = Snapshot.empty(location)
+    return OptimisticTransaction(location, snapshot, properties)

@@ -1,0 +1,187 @@
+"""The files of `_delta_log`: listing, log segments (which files make up a version), the latest
+version, and reading one commit's commitInfo.
+
+A log segment is the newest complete checkpoint at or below a version plus the commits after
+it. Segments are built from one listing; `_last_checkpoint` only tells where to start listing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.log.checkpoints import read_last_checkpoint
+from airflow_delta.engine.log.log_store import FileStatus
+from airflow_delta.engine.log.replay import parse_log_batch
+from airflow_delta.engine.log.table_location import TableLocation
+from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.actions import CommitInfo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogSegment:
+    """The newest complete checkpoint at or below `version`, and the commits after it."""
+
+    log_path: str
+    version: int
+    deltas: tuple[FileStatus, ...]
+    checkpoint_files: tuple[FileStatus, ...]
+    checkpoint_version: int | None
+    last_commit_timestamp: int
+
+
+def complete_checkpoints(listing: list[FileStatus]) -> dict[int, list[FileStatus]]:
+    """Complete checkpoints by version; multi-part ones with a missing part are ignored."""
+    single: dict[int, list[FileStatus]] = {}
+    multi: dict[tuple[int, int], dict[int, FileStatus]] = {}
+    for f in listing:
+        parsed = filenames.parse_log_file_name(f.name)
+        if parsed is None or parsed.kind != "checkpoint":
+            continue
+        if parsed.num_parts is None:
+            single.setdefault(parsed.version, [f])
+        else:
+            multi.setdefault((parsed.version, parsed.num_parts), {})[parsed.part] = f  # type: ignore[index]
+    complete = dict(single)
+    for (version, num_parts), parts in multi.items():
+        if version not in complete and set(parts) == set(range(1, num_parts + 1)):
+            complete[version] = [parts[i] for i in range(1, num_parts + 1)]
+    return complete
+
+
+def build_log_segment(
+    table: str,
+    log_path: str,
+    listing: list[FileStatus],
+    version: int | None = None,
+    exclude_checkpoints: frozenset[int] = frozenset(),
+) -> LogSegment:
+    """Choose the files that reconstruct `version` (the latest when None) from a listing."""
+    commits: dict[int, FileStatus] = {}
+    for f in listing:
+        parsed = filenames.parse_log_file_name(f.name)
+        if parsed is not None and parsed.kind == "commit":
+            commits[parsed.version] = f
+    checkpoints = {
+        v: files
+        for v, files in complete_checkpoints(listing).items()
+        if v not in exclude_checkpoints
+    }
+    latest = max([*commits, *checkpoints], default=-1)
+    if latest < 0:
+        raise TableNotFoundError(
+            f"{table} is not a Delta table: {log_path} holds no commit or checkpoint. "
+            "Check the path, or create the table first."
+        )
+    target = latest if version is None else version
+    if target > latest or target < 0:
+        raise VersionNotFoundError(
+            f"Cannot time travel table {table} to version {target}: "
+            f"available versions end at {latest}."
+        )
+    cp_version = max((v for v in checkpoints if v <= target), default=None)
+    start = 0 if cp_version is None else cp_version + 1
+    missing = [v for v in range(start, target + 1) if v not in commits]
+    if missing:
+        present = sorted(v for v in commits if v <= target)
+        if cp_version is None and 0 not in commits:
+            earliest = _earliest(commits, checkpoints)
+            if version is not None:
+                raise VersionNotFoundError(
+                    f"Cannot time travel table {table} to version {target}: its history was "
+                    f"cleaned up; the earliest recoverable version is {earliest}."
+                )
+            raise CorruptLogError(
+                f"Table {table}: commits before version {earliest} are missing and no "
+                "checkpoint covers them."
+            )
+        raise CorruptLogError(
+            f"Table {table}: versions are not contiguous: missing {_ranges(missing)} between "
+            f"{'checkpoint ' + str(cp_version) if cp_version is not None else 'version 0'} and "
+            f"version {target} (commits present: {_ranges(present)}). The log is corrupt; "
+            "restore the missing commit files."
+        )
+    deltas = tuple(commits[v] for v in range(start, target + 1))
+    cp_files = tuple(checkpoints[cp_version]) if cp_version is not None else ()
+    last = commits.get(target) or cp_files[-1]
+    return LogSegment(log_path, target, deltas, cp_files, cp_version, last.modification_time)
+
+
+def _earliest(commits: dict[int, FileStatus], checkpoints: dict[int, list[FileStatus]]) -> int:
+    return min(checkpoints, default=min(commits, default=0))
+
+
+def _ranges(versions: list[int]) -> str:
+    """`[0, 2, 3, 4]` as `0, 2-4`."""
+    out: list[str] = []
+    for v in versions:
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        else:
+            out.append(str(v))
+    return ", ".join(out)
+
+
+def list_log(location: TableLocation, start_name: str = "") -> list[FileStatus]:
+    """The files of `_delta_log` from `start_name` on, in name order.
+
+    Raises TableNotFoundError when a full listing finds nothing.
+    """
+    try:
+        listing = location.store.list_from(location.log_path, start_name)
+    except NotADirectoryError:
+        listing = []
+    if not listing and not start_name:
+        what = "does not exist" if not location.store.exists(location.log_path) else "is empty"
+        raise TableNotFoundError(
+            f"{location.uri} is not a Delta table: {location.log_path} {what}. "
+            "Check the path, or create the table first."
+        )
+    return listing
+
+
+def commit_files(listing: list[FileStatus]) -> list[tuple[int, FileStatus]]:
+    """(version, file) of every commit file in `listing`, in version order."""
+    return [
+        (p.version, f)
+        for f in listing
+        if (p := filenames.parse_log_file_name(f.name)) and p.kind == "commit"
+    ]
+
+
+def segment_from_hint(location: TableLocation) -> LogSegment | None:
+    """The latest log segment found by listing from `_last_checkpoint`, if it is sound."""
+    hint = read_last_checkpoint(location.store, location.log_path)
+    if hint is None:
+        return None
+    listing = location.store.list_from(location.log_path, filenames.version_prefix(hint["version"]))
+    try:
+        segment = build_log_segment(location.uri, location.log_path, listing)
+    except (CorruptLogError, TableNotFoundError, VersionNotFoundError):
+        return None
+    if segment.checkpoint_version is None:
+        log.info(
+            "Ignoring _last_checkpoint of %s: checkpoint %s not found",
+            location.uri,
+            hint["version"],
+        )
+        return None
+    return segment
+
+
+def latest_version(location: TableLocation, start: int = 0) -> int:
+    """The newest commit version, listing only from `start` (`start - 1` when none)."""
+    listing = location.store.list_from(location.log_path, filenames.version_prefix(start))
+    return max((v for v, _ in commit_files(listing)), default=start - 1)
+
+
+def read_commit_info(location: TableLocation, version: int) -> CommitInfo | None:
+    """The commitInfo of commit `version` (None when the commit has none).
+
+    Raises FileNotFoundError when the commit file is gone.
+    """
+    path = location.log_file(filenames.delta_file(version))
+    return parse_log_batch(location.store.read(path), path).commit_info
