@@ -59,10 +59,10 @@ from airflow_delta.engine.commands.merge import (
     MergeClause,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
-    _quote,
     arrow_table,
 )
 from airflow_delta.engine.errors import DeltaError
+from airflow_delta.engine.expressions.predicates import quote_identifier
 from airflow_delta.engine.protocol.actions import Action, stats_num_records
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import NUMERIC_ORDER, write_files
@@ -102,7 +102,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if len(found) != 1 or found[0].dataType.jsonValue() != delta_type:
             return None  # a cast would decide what matches: leave it to Spark
         rows = (
-            self.source_df.select(F.col(_quote(found[0].name)))
+            self.source_df.select(F.col(quote_identifier(found[0].name)))
             .distinct()
             .limit(MAX_PRUNING_VALUES + 1)
             .collect()
@@ -300,9 +300,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             rows = rows.where(F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting))
         if deduplicate:  # copies of one target row that several source rows matched
             rows = rows.dropDuplicates([_FILE, _ROW])
-        alias = _quote(self.target_alias)
+        alias = quote_identifier(self.target_alias)
         return rows.select(
-            *(self._output(f, clauses, F.col(f"{alias}.{_quote(f.name)}")) for f in fields)
+            *(
+                self._output(f, clauses, F.col(f"{alias}.{quote_identifier(f.name)}"))
+                for f in fields
+            )
         )
 
     def _rewrite_all(
@@ -320,9 +323,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
         kept = in_target & (F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting or [-1]))
         rows = rows.where(kept | (~in_target & F.col(_ACTION).isNotNull()))
-        alias = _quote(self.target_alias)
+        alias = quote_identifier(self.target_alias)
         return rows.select(
-            *(self._output(f, clauses, F.col(f"{alias}.{_quote(f.name)}")) for f in fields)
+            *(
+                self._output(f, clauses, F.col(f"{alias}.{quote_identifier(f.name)}"))
+                for f in fields
+            )
         )
 
     def _insert(

@@ -57,7 +57,7 @@ from pyspark.sql import types as T
 from airflow_delta.engine.commands.data_reader import fs_path
 from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
-from airflow_delta.engine.expressions.predicates import parse_predicates
+from airflow_delta.engine.expressions.predicates import parse_predicates, quote_identifier
 from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.protocol.features import LOG_READER_FEATURES, reader_features
 from airflow_delta.engine.protocol.paths import FileLocation, resolve_path
@@ -163,7 +163,7 @@ def scan_files(
         if path is None:
             raise
         raise snapshot.missing_data_file(path) from None
-    columns = [data[_quoted(f.name)] for f in table.read_schema.fields]
+    columns = [data[quote_identifier(f.name)] for f in table.read_schema.fields]
     if per_file:
         metadata = data.metadataColumn("_metadata")
         columns.append(metadata.getField("file_path").alias(_KEY))
@@ -336,7 +336,7 @@ class TableLayout:
                 column = F.col(_partition_column(partition_ids[out.name]))
             else:
                 js, sf = data[out.name]
-                column = F.col(_quoted(self._name_in_file(js)))
+                column = F.col(quote_identifier(self._name_in_file(js)))
                 if self._physical(sf.dataType) != out.dataType:
                     column = column.cast(out.dataType)
             columns.append(column.alias(out.name))
@@ -377,10 +377,6 @@ def plain_type(data_type: T.DataType, rename: Callable[[T.StructField], str] | N
 
 def _partition_column(index: int) -> str:
     return f"{_INTERNAL}p{index}"
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _partition_types(snapshot: Snapshot) -> dict[str, Any]:
@@ -561,9 +557,7 @@ def _files_frame(
     return spark.createDataFrame(pa.table(columns), T.StructType(fields))
 
 
-def _deleted_rows(
-    snapshot: Snapshot, table: TableLayout, files: pa.StructArray
-) -> pa.Table | None:
+def _deleted_rows(snapshot: Snapshot, table: TableLayout, files: pa.StructArray) -> pa.Table | None:
     """(file id, row index) of every row the files' deletion vectors delete; None if none."""
     descriptors = pc.struct_field(files, "deletionVector")
     if descriptors.null_count == len(descriptors):

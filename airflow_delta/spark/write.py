@@ -46,6 +46,7 @@ from airflow_delta.engine.errors import (
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
+from airflow_delta.engine.expressions.predicates import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation, SetTransaction
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (
@@ -100,11 +101,6 @@ class WriteResult:
 
 
 # --------------------------------------------------------------------------- schema
-
-
-def _quote(name: str) -> str:
-    """`name` as a backquoted SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _nullable_json(delta_type: Any) -> Any:
@@ -199,9 +195,9 @@ def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) ->
                 f"to {f.dataType.simpleString()}"
             )
         elif source.dataType.simpleString() == f.dataType.simpleString():
-            columns.append(F.col(_quote(source.name)).alias(f.name))
+            columns.append(F.col(quote_identifier(source.name)).alias(f.name))
         else:
-            columns.append(F.col(_quote(source.name)).cast(f.dataType).alias(f.name))
+            columns.append(F.col(quote_identifier(source.name)).cast(f.dataType).alias(f.name))
     if problems:
         raise SchemaMismatchError(
             f"The DataFrame does not match the schema of table {table}:\n - "
@@ -247,8 +243,8 @@ def table_constraints(metadata: Metadata) -> list[Constraint]:
     checks = [
         Constraint(
             f"NOT NULL({f.name})",
-            f"{_quote(f.name)} IS NOT NULL",
-            f"NOT NULL constraint on column {f.name} ({_quote(f.name)} IS NOT NULL)",
+            f"{quote_identifier(f.name)} IS NOT NULL",
+            f"NOT NULL constraint on column {f.name} ({quote_identifier(f.name)} IS NOT NULL)",
             (f.name,),
         )
         for f in schema
@@ -301,9 +297,7 @@ def _check_batch(
     row = pc.indices_nonzero(pc.is_valid(flags))[0].as_py()
     check = checks[flags[row].as_py()]
     values = batch.slice(row, 1).to_pylist()[0]
-    shown = "".join(
-        f"\n - {c} : {_shown(values[physical_names.get(c, c)])}" for c in check.columns
-    )
+    shown = "".join(f"\n - {c} : {_shown(values[physical_names.get(c, c)])}" for c in check.columns)
     message = f"{check.message} violated by row with values:{shown}"
     payload = {"message": message, "constraint": check.name, "expression": check.expression}
     raise _TaskViolation(
@@ -372,7 +366,7 @@ def _to_physical(data: DataFrame, schema_json: Mapping[str, Any], table: str) ->
         return physical_name(f.name, f.metadata, table)
 
     columns = [
-        F.col(_quote(f.name)).cast(plain_type(f.dataType, rename)).alias(rename(f))
+        F.col(quote_identifier(f.name)).cast(plain_type(f.dataType, rename)).alias(rename(f))
         for f in target.fields
     ]
     extra = [F.col(c) for c in data.columns if c == _VIOLATION_COLUMN]
@@ -417,9 +411,9 @@ def write_files(
     types = {f["name"]: f["type"] for f in schema_json["fields"]}
     for c in columns:
         if types[c] == "string":  # "" is a null partition value: group it with the nulls
-            data = data.withColumn(c, F.nullif(F.col(_quote(c)), F.lit("")))
+            data = data.withColumn(c, F.nullif(F.col(quote_identifier(c)), F.lit("")))
     if columns:
-        keys = [F.col(_quote(c)) for c in columns]
+        keys = [F.col(quote_identifier(c)) for c in columns]
         data = data.repartition(*keys).sortWithinPartitions(*keys)
     column_mapping = metadata.column_mapping_mode != "none"
     physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
@@ -493,7 +487,6 @@ def _prepare_metadata(
             txn.update_metadata(txn.metadata.with_schema(widened))
 
 
-
 def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -504,7 +497,9 @@ def _partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | 
     keys = sorted({tuple(a.partition_values.get(c) for c in keys_in_files) for a in adds}, key=str)
     terms = [
         " AND ".join(
-            f"{_quote(c)} IS NULL" if v is None else f"{_quote(c)} = {_sql_string(v)}"
+            f"{quote_identifier(c)} IS NULL"
+            if v is None
+            else f"{quote_identifier(c)} = {_sql_string(v)}"
             for c, v in zip(columns, key, strict=True)
         )
         for key in keys

@@ -234,7 +234,9 @@ def test_commit_failed_after_max_attempts(tmp_path) -> None:
             append(log)
             super().do_commit(attempt_version, *args)
 
-    txn = Racing(log.location, log.update(), CommitProperties(max_commit_attempts=3, commit_lock=False))
+    txn = Racing(
+        log.location, log.update(), CommitProperties(max_commit_attempts=3, commit_lock=False)
+    )
     with pytest.raises(CommitFailedError) as err:
         txn.commit([add("a")], APPEND)
     text = str(err.value)

@@ -571,5 +571,3 @@ def cleanup_expired_logs(
         cutoff,
     )
     return [f.name for f in expired]
-
-

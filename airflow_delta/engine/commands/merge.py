@@ -59,7 +59,11 @@ from airflow_delta.engine.errors import (
     TableNotFoundError,
     UnsupportedMergeError,
 )
-from airflow_delta.engine.expressions.predicates import InvalidPredicateError, PartitionPredicate
+from airflow_delta.engine.expressions.predicates import (
+    InvalidPredicateError,
+    PartitionPredicate,
+    quote_identifier,
+)
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Operation, add_files_from_arrow
 from airflow_delta.engine.protocol.features import check_writer_support
@@ -332,7 +336,7 @@ class MergeBuilder:
         if clause.action == "delete":
             return None
         if clause.assignments is None:
-            return f"{_quote(self.source_alias)}.{_quote(column)}"
+            return f"{quote_identifier(self.source_alias)}.{quote_identifier(column)}"
         return clause.assignments.get(column)
 
     def _check_assignments(self, columns: list[str]) -> None:
@@ -416,13 +420,13 @@ class MergeBuilder:
             items = right[1:-1].split(",") if right[:1] == "(" and right[-1:] == ")" else []
             if column is None or not items or not all(_LITERAL.fullmatch(i.strip()) for i in items):
                 return None
-            return f"{_quote(column)} IN ({', '.join(i.strip() for i in items)})"
+            return f"{quote_identifier(column)} IN ({', '.join(i.strip() for i in items)})"
         for one, other in ((left, right), (right, left)):
             column = self._target_partition(one, partitions, fields)
             if column is None:
                 continue
             if _LITERAL.fullmatch(other):
-                return f"{_quote(column)} = {other}"
+                return f"{quote_identifier(column)} = {other}"
             return self._source_values(other, column, fields[column.lower()]["type"])
         return None
 
@@ -449,7 +453,7 @@ class MergeBuilder:
         if values is None or len(values) > MAX_PRUNING_VALUES:
             return None
         literals = [_sql_literal(v) for v in values if v is not None]
-        return f"{_quote(column)} IN ({', '.join(literals)})" if literals else "FALSE"
+        return f"{quote_identifier(column)} IN ({', '.join(literals)})" if literals else "FALSE"
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         """Up to MAX_PRUNING_VALUES + 1 distinct values of the source column `name` (lower
@@ -850,7 +854,7 @@ class ArrowMergeBuilder(MergeBuilder):
                 name = found[0]
                 kind = delta_type_name(source.schema.field(name).type)
             types[f"{side}.{name}"] = kind
-            return _quote(f"{side}.{name}")
+            return quote_identifier(f"{side}.{name}")
 
         try:
             text = _QUALIFIED.sub(qualify, clause.condition)
@@ -1064,10 +1068,10 @@ def _write_tasks(
         for name in not_null:
             if output.column(name).null_count:
                 raise ConstraintViolationError(
-                    f"NOT NULL constraint on column {name} ({_quote(name)} IS NOT NULL) violated "
-                    f"by a row of the MERGE into {txn.table}",
+                    f"NOT NULL constraint on column {name} ({quote_identifier(name)} IS NOT "
+                    f"NULL) violated by a row of the MERGE into {txn.table}",
                     f"NOT NULL({name})",
-                    f"{_quote(name)} IS NOT NULL",
+                    f"{quote_identifier(name)} IS NOT NULL",
                 )
         for c in columns:
             if types[c] == "string":  # "" is a null partition value: group it with the nulls
@@ -1215,10 +1219,6 @@ def _assignments(mapping: Mapping[str, str]) -> dict[str, str]:
             f"MERGE assignments must map target column names to SQL expressions, got {mapping!r}"
         )
     return dict(mapping)
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _conjuncts(condition: str) -> list[str]:

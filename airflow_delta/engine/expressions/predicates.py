@@ -76,6 +76,15 @@ class _Token:
     end: int
 
 
+def quote_identifier(name: str) -> str:
+    """`name` as a backquoted SQL identifier (a backquote inside is doubled).
+
+    >>> quote_identifier("a`b")
+    '`a``b`'
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _tokenize(text: str) -> list[_Token]:
     tokens = []
     pos = 0

@@ -279,8 +279,7 @@ class AddFile(Action):
                 {
                     "stats": self.stats,
                     "tags": self.tags,
-                    "deletionVector": self.deletion_vector
-                    and self.deletion_vector.to_json_dict(),
+                    "deletionVector": self.deletion_vector and self.deletion_vector.to_json_dict(),
                     "baseRowId": self.base_row_id,
                     "defaultRowCommitVersion": self.default_row_commit_version,
                     "clusteringProvider": self.clustering_provider,
@@ -382,8 +381,7 @@ class RemoveFile(Action):
                     "size": self.size,
                     "stats": self.stats,
                     "tags": self.tags,
-                    "deletionVector": self.deletion_vector
-                    and self.deletion_vector.to_json_dict(),
+                    "deletionVector": self.deletion_vector and self.deletion_vector.to_json_dict(),
                     "baseRowId": self.base_row_id,
                     "defaultRowCommitVersion": self.default_row_commit_version,
                 }
@@ -718,9 +716,7 @@ METADATA_TYPE = pa.struct(
     ]
 )
 
-TXN_TYPE = pa.struct(
-    [("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())]
-)
+TXN_TYPE = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
 
 DOMAIN_METADATA_TYPE = pa.struct(
     [("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]

@@ -195,8 +195,17 @@ PROPERTY_FEATURES = {
 
 #: Features that readers must know too (reader-writer features).
 READER_WRITER_FEATURES = frozenset(
-    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
-     "typeWidening", "typeWidening-preview", "variantType", "variantType-preview"}
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
 )
 
 

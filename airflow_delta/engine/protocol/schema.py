@@ -668,4 +668,3 @@ def assign_column_mapping(schema: Mapping[str, Any], max_column_id: int) -> tupl
 
     result = visit(dict(schema))
     return result, counter[0]
-

@@ -523,8 +523,10 @@ class OptimisticTransaction:
                 continue
             if parsed.version == version - 1:
                 return  # the predecessor is there after all (a checkpoint of it)
-            if parsed.kind == "checkpoint" and parsed.version >= version and (
-                written_at is None or f.modification_time <= written_at
+            if (
+                parsed.kind == "checkpoint"
+                and parsed.version >= version
+                and (written_at is None or f.modification_time <= written_at)
             ):
                 older_checkpoints.append(parsed.version)
         if not older_checkpoints:
