@@ -21,7 +21,11 @@ from airflow_delta.engine.protocol.actions import (
     SetTransaction,
 )
 from airflow_delta.engine.txn.conflicts import IsolationLevel
-from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.transaction import (
+    CommitProperties,
+    CommitResult,
+    OptimisticTransaction,
+)
 
 __all__ = [
     "AddCDCFile",
@@ -29,6 +33,7 @@ __all__ = [
     "CheckpointResult",
     "CommitInfo",
     "CommitProperties",
+    "CommitResult",
     "DeletionVectorDescriptor",
     "DeltaLog",
     "DomainMetadata",

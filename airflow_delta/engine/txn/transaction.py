@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +124,99 @@ class CommitProperties:
     custom_metadata: dict[str, Any] = field(default_factory=dict)
     app_transactions: Sequence[SetTransaction] = ()
     post_commit_hooks: Sequence[str | PostCommitHook] = ()
+
+
+class CommitResult(int):
+    """What one commit did: the committed version, the attempts and conflicts it took, the
+    post-commit hooks it ran and the operation's metrics.
+
+    `commit()` returns one, and `write_delta`, `merge_delta`/`merge_arrow`, the operators' XCom
+    and the CLI carry it unchanged. As an int it is the committed version, so a caller that
+    wants only the version uses it as one. A skipped write (its app transaction was already
+    committed, or mode "ignore" on an existing table) has `version` None, `skipped` True and
+    the int value -1, the engine's "no version".
+
+    >>> r = CommitResult(3, table="/t", operation="WRITE", attempts=2)
+    >>> (r == 3, r.version, r.attempts, r.skipped)
+    (True, 3, 2, False)
+    """
+
+    table: str
+    version: int | None
+    operation: str
+    read_version: int
+    attempts: int
+    conflicts_resolved: tuple[int, ...]
+    hooks: dict[str, str]
+    metrics: dict[str, Any]
+
+    def __new__(
+        cls,
+        version: int | None,
+        *,
+        table: str,
+        operation: str,
+        read_version: int = -1,
+        attempts: int = 0,
+        conflicts_resolved: Sequence[int] = (),
+        hooks: Mapping[str, str] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        result = super().__new__(cls, -1 if version is None else version)
+        fields = {
+            "table": table,
+            "version": version,
+            "operation": operation,
+            "read_version": read_version,
+            "attempts": attempts,
+            "conflicts_resolved": tuple(conflicts_resolved),
+            "hooks": dict(hooks or {}),
+            "metrics": dict(metrics or {}),
+        }
+        result.__dict__.update(fields)
+        return result
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"CommitResult is immutable: cannot set {name}")
+
+    @property
+    def skipped(self) -> bool:
+        """True when nothing was committed."""
+        return self.version is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready values (for XCom and the CLI)."""
+        return {
+            "table": self.table,
+            "version": self.version,
+            "operation": self.operation,
+            "skipped": self.skipped,
+            "read_version": self.read_version,
+            "attempts": self.attempts,
+            "conflicts_resolved": list(self.conflicts_resolved),
+            "hooks": dict(self.hooks),
+            "metrics": dict(self.metrics),
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = self.to_dict()
+        version = args.pop("version")
+        del args["skipped"]
+        return (_rebuild_commit_result, (version, args))
+
+    def __str__(self) -> str:
+        return str(self.version)
+
+    def __repr__(self) -> str:
+        return (
+            f"CommitResult(version={self.version}, table={self.table!r}, "
+            f"operation={self.operation!r}, attempts={self.attempts}, "
+            f"conflicts_resolved={list(self.conflicts_resolved)}, metrics={self.metrics})"
+        )
+
+
+def _rebuild_commit_result(version: int | None, fields: dict[str, Any]) -> CommitResult:
+    return CommitResult(version, **fields)
 
 
 class OptimisticTransaction:
@@ -317,8 +410,8 @@ class OptimisticTransaction:
 
     # -- commit ---------------------------------------------------------------------------
 
-    def commit(self, actions: Sequence[Action], operation: Operation) -> int:
-        """Commit `actions` as `operation`; returns the committed version."""
+    def commit(self, actions: Sequence[Action], operation: Operation) -> CommitResult:
+        """Commit `actions` as `operation`; the result (an int: the committed version)."""
         prepared = self.prepare_commit(actions, operation)
         isolation = self.get_isolation_level(prepared)
         only_add_files = not any(isinstance(a, RemoveFile) for a in prepared)
@@ -353,7 +446,20 @@ class OptimisticTransaction:
         needs_checkpoint = version > 0 and version % config.checkpoint_interval == 0
         self.post_commit(version, needs_checkpoint)
         self.run_post_commit_hooks(version, prepared)
-        return version
+        return self.result(version, operation)
+
+    def result(self, version: int | None, operation: Operation) -> CommitResult:
+        """The CommitResult of this transaction: committed at `version`, or skipped (None)."""
+        return CommitResult(
+            version,
+            table=self.table,
+            operation=operation.name,
+            read_version=self.read_version,
+            attempts=self.attempts,
+            conflicts_resolved=self.conflicts_checked,
+            hooks=self.hook_results,
+            metrics=operation.metrics,
+        )
 
     def prepare_commit(self, actions: Sequence[Action], operation: Operation) -> list[Action]:
         """Validate the actions and add the new metadata and protocol."""
