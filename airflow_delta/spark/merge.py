@@ -26,9 +26,10 @@ is evaluated several times (pruning values, the two joins, the row count): it mu
 deterministic. Only DataFrame APIs are used, so a Spark Connect session works too.
 
 The source may also be Arrow data (a pyarrow Table, RecordBatchReader, or anything exporting an
-Arrow stream): the MERGE then runs in this process on pyarrow (`engine/commands/merge.py`), with no
-Spark job, when the engine's executor takes it, and on Spark otherwise (the Arrow table becomes
-a DataFrame of the active or a default local session). A DataFrame source of a `local[...]`
+Arrow stream): the MERGE then runs in this process on pyarrow
+(`engine/commands/merge_in_process.py`), with no Spark job, when the engine's executor takes
+it, and on Spark otherwise (the Arrow table becomes a DataFrame of the active or a default
+local session). A DataFrame source of a `local[...]`
 session whose size Spark estimates at `IN_PROCESS_SOURCE_BYTES` (a Spark conf, 64 MiB by
 default) or less is collected once to Arrow and tried in process first, since its driver is the
 machine the executors run on; it runs on Spark, from the DataFrame, when the engine refuses
@@ -55,13 +56,15 @@ from airflow_delta.engine.commands.merge import (
     MAX_PRUNING_VALUES,
     NOT_MATCHED,
     NOT_MATCHED_BY_SOURCE,
-    ArrowMergeBuilder,
     MergeClause,
-    MultipleSourceRowMatchingTargetRowInMergeError,
-    UnsupportedMergeError,
     arrow_table,
 )
-from airflow_delta.engine.errors import DeltaError
+from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
+from airflow_delta.engine.errors import (
+    DeltaError,
+    MultipleSourceRowMatchingTargetRowInMergeError,
+    UnsupportedMergeError,
+)
 from airflow_delta.engine.expressions.predicates import quote_identifier
 from airflow_delta.engine.protocol.actions import Action, stats_num_records
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri

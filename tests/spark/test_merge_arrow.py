@@ -22,8 +22,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from airflow_delta.engine import DeltaLog
-from airflow_delta.engine.commands.merge import UnsupportedMergeError, merge_arrow
-from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.commands.merge_in_process import merge_arrow
+from airflow_delta.engine.errors import ConstraintViolationError, UnsupportedMergeError
 from airflow_delta.spark.merge import (
     IN_PROCESS_SOURCE_BYTES,
     DeltaMergeBuilder,
@@ -133,17 +133,20 @@ CASES: dict[str, tuple[str, Clauses]] = {
     ),
     "clause conditions": (
         "t.id = s.id",
-        lambda m: m.when_matched_delete("s.value = 'new4'")
-        .when_matched_update({"value": "s.value"}, "t.part <> s.value AND s.id IS NOT NULL")
-        .when_not_matched_insert_all("s.id > 5")
-        .when_not_matched_insert({"id": "-1", "value": "s.value", "part": "'z'"})
-        .when_not_matched_by_source_update({"value": "'old'"}, "t.id IN (1, 3)")
-        .when_not_matched_by_source_delete("t.part = 'c'"),
+        lambda m: (
+            m.when_matched_delete("s.value = 'new4'")
+            .when_matched_update({"value": "s.value"}, "t.part <> s.value AND s.id IS NOT NULL")
+            .when_not_matched_insert_all("s.id > 5")
+            .when_not_matched_insert({"id": "-1", "value": "s.value", "part": "'z'"})
+            .when_not_matched_by_source_update({"value": "'old'"}, "t.id IN (1, 3)")
+            .when_not_matched_by_source_delete("t.part = 'c'")
+        ),
     ),
     "conditions on nulls and mixed types": (
         "t.id = s.id",
-        lambda m: m.when_matched_update_all("t.value < s.value OR t.value IS NULL")
-        .when_not_matched_insert_all("s.id BETWEEN 1 AND 8.5"),
+        lambda m: m.when_matched_update_all(
+            "t.value < s.value OR t.value IS NULL"
+        ).when_not_matched_insert_all("s.id BETWEEN 1 AND 8.5"),
     ),
     "partition value changes": (
         "t.id = s.id",

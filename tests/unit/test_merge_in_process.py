@@ -16,8 +16,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_delta.engine import DeltaLog, SetTransaction
-from airflow_delta.engine.commands.merge import UnsupportedMergeError, merge_arrow
-from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.commands.merge_in_process import merge_arrow
+from airflow_delta.engine.errors import CorruptLogError, UnsupportedMergeError
 from airflow_delta.engine.txn.transaction import CommitProperties
 
 DAY1, DAY2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
@@ -108,7 +108,7 @@ def test_missing_data_file_is_a_typed_error(table: str) -> None:
 
 def test_engine_merge_does_not_import_spark() -> None:
     code = (
-        "import sys, airflow_delta.engine.commands.merge; "
+        "import sys, airflow_delta.engine.commands.merge_in_process; "
         "sys.exit('pyspark' in sys.modules or 'airflow' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -1,0 +1,690 @@
+"""MERGE of Arrow data run in this process on pyarrow, the way Delta's MergeIntoCommand does it.
+
+`ArrowMergeBuilder` (built by `merge_arrow`) is a `MergeBuilder` (`engine/commands/merge.py`:
+the clauses, pruning, commit and metrics) whose executor runs with pyarrow compute and no Spark:
+
+1. partition pruning selects the candidate files through `filter_files_arrow`, which records the
+   read for the conflict checks;
+2. findTouchedFiles: the join keys of the candidate files are read and hash-joined with the
+   source; target rows matched by several source rows are refused as in Delta;
+3. writeAllChanges: the touched files are read whole, updated, deleted or copied per clause,
+   and written with the inserted source rows by `DataFileWriter` (in parallel slices); the
+   touched files are removed and every other file stays;
+4. commit as operation MERGE.
+
+It takes the MERGEs most pipelines run: a condition that is an AND of equalities between a
+target and a source column (plus `t.<partition> = <literal>` or `IN (<literals>)`), clause
+conditions made of comparisons, IN, BETWEEN, IS [NOT] NULL and AND/OR/NOT over `t.x`, `s.x`
+and literals (the engine's predicates, with Spark's semantics), and assignments that are column
+references (`s.x`, `t.x`) or literals. Anything else, and tables whose data needs more than this
+reader (column mapping, deletion vectors in the candidate files, type changes, CHECK
+constraints or invariants), raises `UnsupportedMergeError` before anything is written: the
+Spark MERGE (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import decimal
+import functools
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta.engine.commands.data_files import (
+    DataFileWriter,
+    WritePlan,
+    add_files,
+    partition_runs,
+)
+from airflow_delta.engine.commands.data_reader import conform, fs_path, plain_table, same_family
+from airflow_delta.engine.commands.merge import (
+    MATCHED,
+    MAX_PRUNING_VALUES,
+    NOT_MATCHED,
+    NOT_MATCHED_BY_SOURCE,
+    MergeBuilder,
+    MergeClause,
+    arrow_table,
+)
+from airflow_delta.engine.errors import ConstraintViolationError, UnsupportedMergeError
+from airflow_delta.engine.expressions.predicates import (
+    PartitionPredicate,
+    quote_identifier,
+)
+from airflow_delta.engine.protocol.actions import Action
+from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.protocol.schema import (
+    arrow_type,
+    delta_field_metadata,
+    parse_partition_value,
+)
+from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
+
+log = logging.getLogger(__name__)
+
+#: Most bytes of candidate files an in-process MERGE reads; larger MERGEs need Spark.
+MAX_IN_PROCESS_BYTES = 4 * 1024**3
+#: Inserted rows per writing task of an in-process MERGE (tasks run on a thread per core).
+ROWS_PER_WRITE_SLICE = 500_000
+
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class _Clause:
+    """A WHEN clause as the in-process MERGE runs it: its condition (None: always) over
+    `t.<column>` / `s.<column>`, and its assignment (None: a delete)."""
+
+    condition: PartitionPredicate | None
+    assign: Callable[[pa.Table | None, pa.Table | None], pa.Table] | None
+
+    def holds(self, target: pa.Table | None, source: pa.Table | None, rows: int) -> np.ndarray:
+        """Per row, whether the condition is true of (`target` rows, `source` rows)."""
+        if self.condition is None:
+            return np.ones(rows, dtype=bool)
+        columns = {}
+        for name in self.condition.columns:
+            side, column = name.split(".", 1)
+            data = target if side == "t" else source
+            assert data is not None
+            columns[name] = data.column(column)
+        return self.condition.evaluate_rows(columns, rows)
+
+
+def _first_clause(
+    clauses: list[_Clause], target: pa.Table | None, source: pa.Table | None, rows: int
+) -> np.ndarray:
+    """Per row, the index of the first of `clauses` whose condition holds (-1: none)."""
+    action = np.full(rows, -1, dtype=np.int64)
+    for i, clause in enumerate(clauses):
+        open_rows = action < 0
+        if not open_rows.any():
+            break
+        action[open_rows & clause.holds(target, source, rows)] = i
+    return action
+
+
+@dataclass(frozen=True)
+class _Matches:
+    """What findTouchedFiles found over the candidate rows (all files, in file order)."""
+
+    lengths: np.ndarray  # rows per file
+    starts: np.ndarray  # the first row of each file
+    rows: np.ndarray  # per matching pair (sorted by target row): the target row
+    srows: np.ndarray  # per pair: the source row
+    pair_action: np.ndarray  # per pair: the MATCHED clause that applies (-1: none)
+    is_matched: np.ndarray  # per row: some source row matched it
+    by_source: np.ndarray  # per row: the NOT MATCHED BY SOURCE clause that applies (-1: none)
+    modified: np.ndarray  # per row: a clause updates or deletes it
+    touched: np.ndarray  # per file: it holds a modified row
+
+    def num_modified(self, kind: str, index: int) -> int:
+        """Target rows that clause `index` of `kind` (MATCHED, NOT MATCHED BY SOURCE) changes."""
+        if kind == MATCHED:
+            return len(np.unique(self.rows[self.pair_action == index]))
+        return int(np.count_nonzero(self.by_source == index))
+
+
+class ArrowMergeBuilder(MergeBuilder):
+    """MERGE of an Arrow table into a Delta table, run in this process on pyarrow.
+
+    `merge_arrow` builds it; see the module docstring for what it runs (anything else raises
+    UnsupportedMergeError before writing).
+
+    Example: `merge_arrow(uri, pa.table({"id": [1], "v": ["x"]}), "t.id = s.id")
+    .when_matched_update_all().when_not_matched_insert_all().execute()`.
+    """
+
+    def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
+        source = arrow_table(self.source_df)
+        found = [c for c in source.column_names if c.lower() == name]
+        if len(found) != 1 or source.schema.field(found[0]).type != arrow_type(delta_type):
+            return None
+        return pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist()
+
+    def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
+        # view and large types (deltalake, polars) as the regular types the table holds
+        source = plain_table(arrow_table(self.source_df))
+        self.source_df = source
+        table = self._table_schema(txn)
+        self._check_assignments(table.names)
+        conjuncts = self._partition_conjuncts(txn)
+        keys = self._keys(conjuncts, table, source)
+        clauses = {kind: [] for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE)}
+        for clause in self.clauses:
+            clauses[clause.kind].append(
+                _Clause(
+                    self._condition(clause, table, source),
+                    self._assigner(clause, table, source),
+                )
+            )
+        files = txn.filter_files_arrow(self._pruning_predicates(txn, conjuncts))
+        if pc.struct_field(files, "deletionVector").null_count != len(files):
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: candidate files have deletion vectors"
+            )
+        size = pc.sum(pc.struct_field(files, "size")).as_py() or 0
+        if size > MAX_IN_PROCESS_BYTES:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: {size / 1024**3:.1f} GiB of candidate files is "
+                f"more than the in-process MERGE reads ({MAX_IN_PROCESS_BYTES / 1024**3:.0f} GiB)"
+            )
+        reader = _FileReader(txn, table)
+        literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
+        found = self._find_touched_files_in_process(reader, files, source, keys, literal, clauses)
+        touched = files.filter(pa.array(found.touched))
+        tasks = self._changes_in_process(reader, files, found, source, clauses)
+        adds = _write_tasks(txn, tasks, self._not_null(txn)) if tasks else []
+        position = {MATCHED: 0, NOT_MATCHED_BY_SOURCE: 0}
+        per_clause = []
+        for clause in self.clauses:
+            if clause.kind != NOT_MATCHED:
+                per_clause.append(found.num_modified(clause.kind, position[clause.kind]))
+                position[clause.kind] += 1
+        rows = int(found.lengths[found.touched].sum())
+        self.executor = "in-process"
+        log.info(
+            "MERGE into %s ran in process: %d of %d candidate files touched, %d files written",
+            self.target_uri,
+            len(touched),
+            len(files),
+            len(adds),
+        )
+        return self._metrics(per_clause, touched, rows, adds, source.num_rows)
+
+    def _find_touched_files_in_process(
+        self,
+        reader: _FileReader,
+        files: pa.StructArray,
+        source: pa.Table,
+        keys: list[tuple[str, str]],
+        literal: list[str],
+        clauses: dict[str, list[_Clause]],
+    ) -> _Matches:
+        """Join the join keys of `files` whose partition satisfies the `literal` predicates
+        with the source's, evaluate the MATCHED and NOT MATCHED BY SOURCE conditions; which
+        rows each clause modifies, and the files holding them.
+
+        Raises MultipleSourceRowMatchingTargetRowInMergeError when a target row matched several
+        source rows and a MATCHED clause modifies it (unless the only MATCHED clause is an
+        unconditional delete, as in Delta).
+        """
+        matched, by_source = clauses[MATCHED], clauses[NOT_MATCHED_BY_SOURCE]
+        used = {t for t, _ in keys}
+        for clause in (*matched, *by_source):
+            if clause.condition is not None:
+                used |= {n[2:] for n in clause.condition.columns if n.startswith("t.")}
+        target = reader.read(files, [c for c in reader.table.names if c in used])
+        eligible = np.repeat(_file_mask(reader.txn, files, literal), reader.lengths)
+        pairs = _match(target, source, keys, eligible)
+        order = np.argsort(pairs.column("row").to_numpy(), kind="stable")
+        rows = pairs.column("row").to_numpy()[order]
+        srows = pairs.column("srow").to_numpy()[order]
+        pair_action = np.full(len(rows), -1, dtype=np.int64)
+        if matched and len(rows):
+            conditional = any(c.condition is not None for c in matched)
+            pair_target = target.take(pa.array(rows)) if conditional else None
+            pair_source = source.take(pa.array(srows)) if conditional else None
+            pair_action = _first_clause(matched, pair_target, pair_source, len(rows))
+        counts = np.bincount(rows, minlength=target.num_rows)
+        acting = np.bincount(rows, weights=pair_action >= 0, minlength=target.num_rows)
+        repeated = int(np.count_nonzero((counts > 1) & (acting > 0)))
+        delete_only = [(c.condition, c.assign) for c in matched] == [(None, None)]
+        if repeated and not delete_only:
+            raise self._multiple_matches(repeated)
+        is_matched = counts > 0
+        modified = acting > 0
+        by_source_action = np.full(target.num_rows, -1, dtype=np.int64)
+        if by_source:
+            unmatched = np.flatnonzero(~is_matched)
+            if len(unmatched):
+                rows_of = target.take(pa.array(unmatched))
+                by_source_action[unmatched] = _first_clause(
+                    by_source, rows_of, None, len(unmatched)
+                )
+            modified |= by_source_action >= 0
+        ends = np.cumsum(reader.lengths)
+        per_file = np.concatenate([[0], np.cumsum(modified, dtype=np.int64)])[ends]
+        per_file = np.diff(np.concatenate([[0], per_file]))
+        return _Matches(
+            reader.lengths,
+            ends - reader.lengths,
+            rows,
+            srows,
+            pair_action,
+            is_matched,
+            by_source_action,
+            modified,
+            per_file > 0,
+        )
+
+    def _changes_in_process(
+        self,
+        reader: _FileReader,
+        files: pa.StructArray,
+        found: _Matches,
+        source: pa.Table,
+        clauses: dict[str, list[_Clause]],
+    ) -> list[Callable[[], pa.Table]]:
+        """writeAllChanges as tasks, each giving rows to write: one per touched file (its rows
+        updated, deleted or copied per clause), and the inserted source rows in slices."""
+        tasks: list[Callable[[], pa.Table]] = []
+        paths = pc.struct_field(files, "path")
+        values = pc.struct_field(files, "partitionValues")
+        for i in np.flatnonzero(found.touched):
+            start, end = int(found.starts[i]), int(found.starts[i] + found.lengths[i])
+            low, high = np.searchsorted(found.rows, [start, end])
+            tasks.append(
+                functools.partial(
+                    self._file_changes,
+                    reader,
+                    (paths[i].as_py(), values[i].as_py()),
+                    slice(start, end),
+                    slice(low, high),
+                    found,
+                    source,
+                    clauses,
+                )
+            )
+        inserting = clauses[NOT_MATCHED]
+        if inserting:
+            taken = np.zeros(source.num_rows, dtype=bool)
+            taken[found.srows] = True
+            new = source.filter(pa.array(~taken))
+            action = _first_clause(inserting, None, new, new.num_rows)
+            for i, clause in enumerate(inserting):
+                rows = new.filter(pa.array(action == i))
+                assert clause.assign is not None
+                for offset in range(0, rows.num_rows, ROWS_PER_WRITE_SLICE):
+                    piece = rows.slice(offset, ROWS_PER_WRITE_SLICE)
+                    tasks.append(functools.partial(clause.assign, None, piece))
+        return tasks
+
+    @staticmethod
+    def _file_changes(
+        reader: _FileReader,
+        file: tuple[str, Any],
+        rows: slice,
+        pairs: slice,
+        found: _Matches,
+        source: pa.Table,
+        clauses: dict[str, list[_Clause]],
+    ) -> pa.Table:
+        """The rows of one touched `file` (path, partition values; `rows` of the candidates,
+        `pairs` of the matching pairs) after the clauses."""
+        data = reader.read_file(*file, reader.table.names)
+        parts = []
+        local = found.rows[pairs] - rows.start
+        action = found.pair_action[pairs]
+        for i, clause in enumerate(clauses[MATCHED]):
+            chosen = action == i
+            if clause.assign is not None and chosen.any():  # one source row per row (checked)
+                target = data.take(pa.array(local[chosen]))
+                parts.append(
+                    clause.assign(target, source.take(pa.array(found.srows[pairs][chosen])))
+                )
+        by_source = found.by_source[rows]
+        for i, clause in enumerate(clauses[NOT_MATCHED_BY_SOURCE]):
+            chosen = np.flatnonzero(by_source == i)
+            if clause.assign is not None and len(chosen):
+                parts.append(clause.assign(data.take(pa.array(chosen)), None))
+        parts.append(data.filter(pa.array(~found.modified[rows])))
+        return pa.concat_tables([p.cast(reader.table) for p in parts])
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _table_schema(self, txn: OptimisticTransaction) -> pa.Schema:
+        """The table's schema; UnsupportedMergeError when its data needs more than pyarrow."""
+        check_writer_support(txn.protocol, txn.table, txn.metadata)
+        metadata = txn.metadata
+        problems = []
+        if metadata.column_mapping_mode != "none":
+            problems.append("column mapping")
+        if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
+            problems.append("CHECK constraints")
+        schema = metadata.schema
+        for f in schema:
+            extra = delta_field_metadata(f)
+            if "delta.invariants" in extra or "delta.typeChanges" in extra:
+                problems.append(f"column {f.name} (invariants or type changes)")
+            if pa.types.is_null(f.type) or _nested(f.type):
+                problems.append(f"column {f.name} ({f.type})")
+        if problems:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the in-process MERGE does not handle "
+                + ", ".join(problems)
+            )
+        return pa.schema([pa.field(f.name, f.type) for f in schema])
+
+    @staticmethod
+    def _not_null(txn: OptimisticTransaction) -> list[str]:
+        """The table's non-nullable top-level columns (NOT NULL constraints)."""
+        return [f.name for f in txn.metadata.schema if not f.nullable]
+
+    def _assigner(self, clause: MergeClause, table: pa.Schema, source: pa.Table) -> Any:
+        """A function (target rows, source rows) -> the output rows of `clause`, typed as the
+        table (None for a delete); UnsupportedMergeError for an expression it cannot evaluate."""
+        if clause.action == "delete":
+            return None
+        plan: list[tuple[str, Any]] = []
+        for field in table:
+            sql = self._resolve(clause, field.name)
+            if sql is None:  # an update keeps the target's value, an insert leaves NULL
+                plan.append(("t", field.name) if clause.action == "update" else ("null", None))
+                continue
+            ref = self._reference(sql)
+            if ref is not None:
+                side = "s" if ref[0] == self.source_alias.lower() else "t"
+                if side == "t" and clause.kind == NOT_MATCHED:
+                    raise ValueError(
+                        f"MERGE into {self.target_uri}: an insert cannot read the target ({sql})"
+                    )
+                if side == "s" and clause.kind == NOT_MATCHED_BY_SOURCE:
+                    raise ValueError(
+                        f"MERGE into {self.target_uri}: a NOT MATCHED BY SOURCE clause cannot "
+                        f"read the source ({sql})"
+                    )
+                if side == "s":
+                    name = self._source_column(source, ref[1])
+                    given = source.schema.field(name).type
+                    if pa.types.is_dictionary(given):
+                        given = given.value_type
+                    if not _castable(given, field.type):
+                        raise UnsupportedMergeError(
+                            f"MERGE into {self.target_uri}: the in-process MERGE does not store "
+                            f"{given} values in column {field.name} ({field.type})"
+                        )
+                else:
+                    name = {n.lower(): n for n in table.names}.get(ref[1].lower())
+                    if name is None:
+                        raise ValueError(f"MERGE into {self.target_uri}: unknown column {sql}")
+                plan.append((side, name))
+            else:
+                plan.append(("value", _literal(sql, field.type, self.target_uri)))
+
+        def assign(target: pa.Table | None, src: pa.Table | None) -> pa.Table:
+            rows = (target if target is not None else src).num_rows
+            columns = []
+            for field, (kind, value) in zip(table, plan, strict=True):
+                if kind == "s":
+                    column = src.column(value)
+                elif kind == "t":
+                    column = target.column(value)
+                elif kind == "value" and value is not None:
+                    column = _repeat(value, rows)
+                else:
+                    column = pa.nulls(rows, field.type)
+                columns.append(_cast(column, field, self.target_uri))
+            return pa.Table.from_arrays(columns, schema=table)
+
+        return assign
+
+
+def merge_arrow(
+    target_uri: str,
+    source: Any,
+    condition: str,
+    source_alias: str = "s",
+    target_alias: str = "t",
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> ArrowMergeBuilder:
+    """A MERGE of `source` (a pyarrow Table, RecordBatchReader or anything exporting an Arrow
+    stream) into the Delta table at `target_uri` on `condition`, run in this process.
+
+    Example::
+
+        merge_arrow(uri, updates, "t.id = s.id").when_matched_update_all()\\
+            .when_not_matched_insert_all().execute()
+    """
+    table = arrow_table(source)  # read once: a RecordBatchReader is consumed
+    if table is None:
+        raise TypeError(f"MERGE into {target_uri}: the source is not Arrow data: {type(source)}")
+    return ArrowMergeBuilder(
+        target_uri,
+        table,
+        condition,
+        source_alias,
+        target_alias,
+        storage_options=storage_options,
+        commit_properties=commit_properties,
+    )
+
+
+# -- reading and writing data files ----------------------------------------------------------
+
+
+class _FileReader:
+    """Reads data files of one snapshot as the table's columns (partition values included)."""
+
+    def __init__(self, txn: OptimisticTransaction, table: pa.Schema) -> None:
+        self.txn = txn
+        self.table = table
+        self.partition_columns = list(txn.metadata.partition_columns)
+        self.fs = txn.location.store.fs
+        self.root = txn.location.root
+        self.lengths = np.zeros(0, dtype=np.int64)
+
+    def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
+        """The `columns` of every row of `files`, in file order; sets `lengths` (rows/file)."""
+        paths = pc.struct_field(files, "path").to_pylist()
+        values = pc.struct_field(files, "partitionValues").to_pylist()
+        with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
+            tables = list(
+                pool.map(lambda f: self.read_file(*f, columns), zip(paths, values, strict=True))
+            )
+        self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
+        if not tables:
+            return self.table.empty_table().select(list(columns))
+        return pa.concat_tables(tables)
+
+    def read_file(self, path: str, partition: Any, columns: Sequence[str]) -> pa.Table:
+        """The `columns` of the data file at `path` (as the log names it) whose partition
+        values are `partition` (the log's map, as key-value pairs). Columns are read as the
+        table's types (`data_reader.conform`: view and large types of other writers)."""
+        location = fs_path(
+            self.fs, self.root, path, table=self.txn.table, version=self.txn.read_version
+        )
+        local = "file" in self.fs.protocol
+        data = [c for c in columns if c not in self.partition_columns]
+        try:
+            with contextlib.nullcontext(location) if local else self.fs.open(location, "rb") as f:
+                file = pq.ParquetFile(f, memory_map=local)
+                names = {n.lower(): n for n in file.schema_arrow.names}
+                present = [names[c.lower()] for c in data if c.lower() in names]
+                read = file.read(columns=present, use_threads=False)
+        except FileNotFoundError:
+            raise self.txn.snapshot.missing_data_file(path) from None
+        given = dict(partition or [])
+        arrays = []
+        for name in columns:
+            field = self.table.field(name)
+            found = names.get(name.lower())
+            if name in self.partition_columns:
+                value = parse_partition_value(given.get(name), _delta_type(self.txn, name))
+                arrays.append(_repeat(pa.scalar(value, field.type), read.num_rows))
+            elif found is None:
+                arrays.append(pa.nulls(read.num_rows, field.type))
+            else:
+                arrays.append(_cast(conform(read.column(found), field.type), field, path))
+        return pa.Table.from_arrays(
+            arrays, schema=pa.schema([self.table.field(c) for c in columns])
+        )
+
+
+def _file_mask(
+    txn: OptimisticTransaction, files: pa.StructArray, predicates: list[str]
+) -> np.ndarray:
+    """Per file: whether its partition satisfies every predicate (its rows can match)."""
+    if not predicates or not len(files):
+        return np.ones(len(files), dtype=bool)
+    schema = json.loads(txn.metadata.schema_string)
+    fields = {f["name"].lower(): f for f in schema["fields"]}
+    columns = {c: fields[c.lower()] for c in txn.metadata.partition_columns}
+    predicate = PartitionPredicate.all_of(
+        [PartitionPredicate.parse(p, columns) for p in predicates]
+    )
+    return pc.fill_null(predicate.evaluate(files), False).to_numpy(zero_copy_only=False)
+
+
+def _match(
+    target: pa.Table, source: pa.Table, keys: list[tuple[str, str]], eligible: np.ndarray
+) -> pa.Table:
+    """(row, srow): the target row index and source row index of every matching pair of an
+    `eligible` target row, from a hash join (NULL keys match nothing)."""
+    left = [_key(target.column(t)) for t, _ in keys]
+    right = [_key(source.column(s)) for _, s in keys]
+    names = [f"k{i}" for i in range(len(keys))]
+    rows = pa.array(np.arange(target.num_rows, dtype=np.int64))
+    srows = pa.array(np.arange(source.num_rows, dtype=np.int64))
+    first = pa.table([*left, rows], names=[*names, "row"])
+    if not eligible.all():
+        first = first.filter(pa.array(eligible))
+    second = pa.table([*right, srows], names=[*names, "srow"])
+    joined = first.join(second, keys=names, join_type="inner", use_threads=True)
+    return joined.select(["row", "srow"])
+
+
+def _write_tasks(
+    txn: OptimisticTransaction, tasks: list[Callable[[], pa.Table]], not_null: list[str]
+) -> list[Any]:
+    """Run the `tasks` in parallel, each writing the rows it gives (the table's columns) to
+    its own data files; their AddFiles. A NULL in a `not_null` column fails the write and
+    every file written is removed."""
+    txn.has_written = True
+    metadata = txn.metadata
+    plan = WritePlan.for_table(txn.location, metadata)
+    writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
+    types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
+    columns = list(metadata.partition_columns)
+
+    def write(task: int) -> list[dict[str, Any]]:
+        output = tasks[task]()
+        for name in not_null:
+            if output.column(name).null_count:
+                raise ConstraintViolationError(
+                    f"NOT NULL constraint on column {name} ({quote_identifier(name)} IS NOT "
+                    f"NULL) violated by a row of the MERGE into {txn.table}",
+                    f"NOT NULL({name})",
+                    f"{quote_identifier(name)} IS NOT NULL",
+                )
+        for c in columns:
+            if types[c] == "string":  # "" is a null partition value: group it with the nulls
+                column = output.column(c)
+                index = output.schema.get_field_index(c)
+                output = output.set_column(index, c, pc.if_else(pc.equal(column, ""), None, column))
+        if columns:
+            keys = [(c, "ascending", "at_end") for c in columns]
+            output = output.take(pc.sort_indices(output, sort_keys=keys))
+        writer = writers[task]
+        for batch in output.to_batches():
+            if batch.num_rows:
+                for values, rows in partition_runs(plan, batch):
+                    writer.add(values, rows)
+        return writer.finish()
+
+    try:
+        with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1)) as pool:
+            rows = [r for result in pool.map(write, range(len(tasks))) for r in result]
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    return add_files(rows)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t)
+
+
+def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A join key as compared: integers of every width as int64."""
+    if pa.types.is_integer(column.type) and column.type != pa.int64():
+        return pc.cast(column, pa.int64())
+    return column
+
+
+def _repeat(value: pa.Scalar, rows: int) -> pa.Array:
+    """`value` repeated `rows` times (vectorised)."""
+    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
+
+
+def _castable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a MERGE may store `source` values in a `target` column (same family)."""
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+    if any(f(source) for f in numeric) and any(f(target) for f in numeric):
+        return True
+    if pa.types.is_timestamp(target):
+        return pa.types.is_timestamp(source) or pa.types.is_date(source)
+    return pa.types.is_null(source) or same_family(source, target)
+
+
+def _cast(
+    column: pa.ChunkedArray | pa.Array, field: pa.Field, where: str
+) -> pa.ChunkedArray | pa.Array:
+    """`column` cast to `field`'s type; a cast across type families or one that loses values
+    is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
+    if same_family(column.type, field.type):  # the type in another layout (or dictionary)
+        return conform(column, field.type)
+    if pa.types.is_dictionary(column.type):
+        column = pc.cast(column, column.type.value_type)
+    if not _castable(column.type, field.type):
+        raise ValueError(
+            f"MERGE into {where}: cannot store {column.type} values in column {field.name} "
+            f"({field.type})"
+        )
+    try:
+        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(
+            f"MERGE into {where}: cannot cast column {field.name} from {column.type} to "
+            f"{field.type}: {exc}"
+        ) from None
+
+
+def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
+    """A SQL literal (NULL, TRUE/FALSE, a number, a 'string') as a scalar of `type_`."""
+    text = sql.strip()
+    lowered = text.lower()
+    if lowered == "null":
+        return None
+    value: Any
+    if lowered in ("true", "false"):
+        value = lowered == "true"
+    elif _NUMBER.fullmatch(text):
+        value = decimal.Decimal(text) if "." in text else int(text)
+        if pa.types.is_floating(type_):
+            value = float(value)
+    elif len(text) > 1 and text[0] == text[-1] == "'" and "\\" not in text:
+        value = text[1:-1].replace("''", "'")
+    else:
+        raise UnsupportedMergeError(
+            f"MERGE into {table}: the in-process MERGE evaluates column references and "
+            f"literals only, not {sql!r}"
+        )
+    try:
+        return pc.cast(pa.scalar(value), type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise UnsupportedMergeError(
+            f"MERGE into {table}: the in-process MERGE cannot use {sql} as {type_}: {exc}"
+        ) from None
+
+
+def _delta_type(txn: OptimisticTransaction, column: str) -> Any:
+    fields = json.loads(txn.metadata.schema_string)["fields"]
+    return next(f["type"] for f in fields if f["name"] == column)
