@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -36,9 +35,13 @@ from airflow.sdk import BaseOperator
 from airflow_delta.assets import delta_table_asset, table_asset_uri
 from airflow_delta.engine.commands.merge import arrow_table
 from airflow_delta.engine.errors import DeltaConcurrentModificationException
-from airflow_delta.engine.protocol.actions import SetTransaction
+from airflow_delta.engine.protocol.actions import Operation, SetTransaction
 from airflow_delta.engine.txn.post_commit import POST_COMMIT_HOOKS
-from airflow_delta.engine.txn.transaction import CommitProperties
+from airflow_delta.engine.txn.transaction import (
+    CommitProperties,
+    CommitResult,
+    OptimisticTransaction,
+)
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
@@ -61,19 +64,6 @@ RETRYABLE_CONFLICTS: tuple[type[DeltaConcurrentModificationException], ...] = (
 
 #: The XCom key under which the result dict is also pushed (besides `return_value`).
 XCOM_KEY = "delta_commit"
-
-
-@dataclasses.dataclass
-class CommitOutcome:
-    """One read + write + commit of a task: the version (None when skipped) and what it took."""
-
-    version: int | None
-    attempts: int
-    metrics: dict[str, Any]
-    conflicts_resolved: list[int]
-    hooks: dict[str, str]
-    #: what wrote the data: "spark", or "in-process" (the engine's pyarrow MERGE)
-    executor: str | None = None
 
 
 class SparkOnDemand:
@@ -156,6 +146,9 @@ class DeltaCommitOperator(BaseOperator):
     template_fields_renderers = {"source": "sql", "source_options": "json", "spark_conf": "json"}
     #: The operation name in the table's history (WRITE, MERGE).
     operation: str = ""
+    #: What wrote the data of the last commit: "spark", or "in-process" (the engine's pyarrow
+    #: MERGE); None when nothing was written.
+    executor: str | None = None
 
     def __init__(
         self,
@@ -237,9 +230,10 @@ class DeltaCommitOperator(BaseOperator):
     # -- what subclasses provide --------------------------------------------------------------
 
     def commit_once(
-        self, spark: SparkOnDemand, context: Context, properties: CommitProperties
-    ) -> CommitOutcome:
-        """One read + write + commit; the outcome (version None when already committed)."""
+        self, spark: SparkOnDemand, context: Context, txn: OptimisticTransaction
+    ) -> CommitResult:
+        """One read + write + commit in `txn` (started on the latest snapshot, with the task's
+        commit properties); the commit's result (version None when skipped)."""
         raise NotImplementedError
 
     # -- source ---------------------------------------------------------------------------
@@ -332,7 +326,7 @@ class DeltaCommitOperator(BaseOperator):
             {"winning_version": v, "resolution": "no logical conflict, committed after it"}
             for v in outcome.conflicts_resolved
         ]
-        result = self._result(outcome, attempts + outcome.attempts, conflicts, properties)
+        result = self._result(outcome, attempts, conflicts, properties)
         self._log_result(result)
         self._emit_asset_event(context, result)
         context["ti"].xcom_push(key=XCOM_KEY, value=result)
@@ -341,40 +335,39 @@ class DeltaCommitOperator(BaseOperator):
 
     def _commit_once_unless_committed(
         self, context: Context, properties: CommitProperties
-    ) -> CommitOutcome:
-        """`commit_once`, unless the table already holds this write's exactly-once marker: then
-        neither Spark nor the source is touched (the write path checks the marker again)."""
-        if properties.app_transactions:
-            delta_log = self.hook.get_delta_log(self.table_uri)
-            if delta_log.start_transaction(properties=properties).already_committed():
-                return CommitOutcome(None, 0, {}, [], {})
+    ) -> CommitResult:
+        """Open the table and a transaction once, then `commit_once` in it, unless the table
+        already holds this write's exactly-once marker: then neither Spark nor the source is
+        touched."""
+        self.executor = None
+        txn = self.hook.get_delta_log(self.table_uri).start_transaction(properties=properties)
+        if txn.already_committed():
+            return txn.result(None, Operation(self.operation))
         spark = SparkOnDemand(lambda: self.hook.get_spark_session(config_kwargs=self.spark_conf))
-        return self.commit_once(spark, context, properties)
+        return self.commit_once(spark, context, txn)
 
     def _result(
         self,
-        outcome: CommitOutcome,
-        attempts: int,
+        outcome: CommitResult,
+        reruns: int,
         conflicts: list[dict[str, Any]],
         properties: CommitProperties,
     ) -> dict[str, Any]:
+        """The XCom value: the commit's result, plus the conflicts and re-runs of this task."""
         marker = properties.app_transactions[0] if properties.app_transactions else None
-        skipped = outcome.version is None
         version = outcome.version
-        if skipped:  # the table's version now; the one that carried our data is older
-            version = self.hook.get_delta_log(self.table_uri).latest_version()
+        if outcome.skipped:  # the table's version now; the one that carried our data is older
+            version = outcome.read_version
         return {
+            **outcome.to_dict(),
             "table": self.table_uri,
             "version": version,
             "operation": self.operation,
-            "skipped": skipped,
-            "attempts": attempts,
+            "attempts": reruns + outcome.attempts,
             "conflicts": conflicts,
-            "metrics": outcome.metrics,
-            "hooks": outcome.hooks,
             "app_id": marker.app_id if marker else None,
             "txn_version": marker.version if marker else None,
-            "executor": outcome.executor,
+            "executor": self.executor,
         }
 
     def _log_result(self, result: dict[str, Any]) -> None:

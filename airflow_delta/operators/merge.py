@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator
+from airflow_delta.operators.commit import DeltaCommitOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_delta.engine.txn.transaction import CommitProperties
+    from airflow_delta.engine.txn.transaction import CommitResult, OptimisticTransaction
     from airflow_delta.operators.commit import SparkOnDemand
     from airflow_delta.spark.merge import DeltaMergeBuilder
 
@@ -127,8 +127,8 @@ class DeltaMergeOperator(DeltaCommitOperator):
         self.target_alias = target_alias
 
     def commit_once(
-        self, spark: SparkOnDemand, context: Context, properties: CommitProperties
-    ) -> CommitOutcome:
+        self, spark: SparkOnDemand, context: Context, txn: OptimisticTransaction
+    ) -> CommitResult:
         from airflow_delta.spark.merge import merge_delta
 
         builder = merge_delta(
@@ -138,18 +138,9 @@ class DeltaMergeOperator(DeltaCommitOperator):
             self.source_alias,
             self.target_alias,
             storage_options=self.hook.storage_options,
-            commit_properties=properties,
+            commit_properties=txn.properties,
         )
         builder = apply_clauses(builder, self.clauses_callable or self.clauses or [])
-        metrics = dict(builder.execute())
-        version = metrics.pop("version")
-        txn = builder.transaction
-        assert txn is not None
-        return CommitOutcome(
-            version,
-            txn.attempts,
-            metrics,
-            list(txn.conflicts_checked),
-            dict(txn.hook_results),
-            builder.executor,
-        )
+        result = builder.execute()
+        self.executor = builder.executor
+        return result

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_delta.operators.commit import CommitOutcome, DeltaCommitOperator, is_templated
+from airflow_delta.operators.commit import DeltaCommitOperator, is_templated
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_delta.engine.txn.transaction import CommitProperties
+    from airflow_delta.engine.txn.transaction import CommitResult, OptimisticTransaction
     from airflow_delta.operators.commit import SparkOnDemand
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
@@ -109,17 +109,18 @@ class DeltaWriteOperator(DeltaCommitOperator):
         )
 
     def commit_once(
-        self, spark: SparkOnDemand, context: Context, properties: CommitProperties
-    ) -> CommitOutcome:
+        self, spark: SparkOnDemand, context: Context, txn: OptimisticTransaction
+    ) -> CommitResult:
         from airflow_delta.spark.write import write_delta
 
         partition_by = self.partition_by
         if isinstance(partition_by, str):  # a rendered template: "day" or "day, country"
             partition_by = [c.strip() for c in partition_by.split(",") if c.strip()]
         extra = {"target_file_size": self.target_file_size} if self.target_file_size else {}
-        result = write_delta(
+        self.executor = "spark"
+        return write_delta(
             self.read_source(spark, context),
-            self.table_uri,
+            txn,
             mode=self.mode,
             partition_by=list(partition_by) if partition_by else None,
             replace_where=self.replace_where or None,
@@ -128,14 +129,5 @@ class DeltaWriteOperator(DeltaCommitOperator):
             storage_options=self.hook.storage_options,
             partition_overwrite_mode=self.partition_overwrite_mode,
             configuration=self.table_properties or None,
-            commit_properties=properties,
             **extra,
-        )
-        return CommitOutcome(
-            result.version,
-            result.attempts,
-            result.metrics,
-            result.conflicts_resolved,
-            result.hooks,
-            "spark",
         )

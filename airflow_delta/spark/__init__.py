@@ -6,11 +6,10 @@ It calls the engine (`airflow_delta.engine`) for every commit; the engine never 
 from airflow_delta.spark.merge import DeltaMergeBuilder, merge_delta
 from airflow_delta.spark.read import read_delta, scan_files
 from airflow_delta.spark.session import get_spark
-from airflow_delta.spark.write import WriteResult, write_delta, write_files
+from airflow_delta.spark.write import write_delta, write_files
 
 __all__ = [
     "DeltaMergeBuilder",
-    "WriteResult",
     "get_spark",
     "merge_delta",
     "read_delta",

@@ -22,8 +22,8 @@ import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,12 +47,16 @@ from airflow_delta.engine.errors import (
     TableAlreadyExistsError,
 )
 from airflow_delta.engine.expressions.predicates import quote_identifier
-from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation, SetTransaction
+from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (
     delta_field_metadata,
 )
-from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.transaction import (
+    CommitProperties,
+    CommitResult,
+    OptimisticTransaction,
+)
 from airflow_delta.spark.read import physical_name, plain_type
 
 _VIOLATION_COLUMN = "__airflow_delta_violation__"
@@ -82,22 +86,6 @@ class Constraint:
     expression: str
     message: str
     columns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    """What `write_delta` did: the committed version (None when skipped), the commit attempts,
-    the operation metrics, the versions of concurrent commits checked and found compatible
-    (`conflicts_resolved`), and the outcome of each post-commit hook (`hooks`: name -> "ok"
-    or "failed: ...").
-    """
-
-    version: int | None
-    attempts: int
-    metrics: dict[str, int] = field(default_factory=dict)
-    skipped: bool = False
-    conflicts_resolved: list[int] = field(default_factory=list)
-    hooks: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- schema
@@ -386,7 +374,7 @@ def write_files(
 
     `partition_by`, when given, must be the table's partition columns. `constraints` are
     checked on every row besides the table's own (raises ConstraintViolationError). Storage
-    options default to the transaction's DeltaLog's.
+    options default to the transaction's table's.
     """
     txn.has_written = True
     metadata = txn.metadata
@@ -507,117 +495,144 @@ def _partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | 
     return " OR ".join(f"({t})" for t in terms) if terms else None
 
 
+WriteMode = Literal["append", "overwrite", "error", "errorifexists", "ignore"]
+
+
 def write_delta(
     df: DataFrame,
-    uri: str,
-    mode: str = "append",
+    table: str | DeltaLog | OptimisticTransaction,
+    *,
+    mode: WriteMode = "append",
     partition_by: Sequence[str] | None = None,
     replace_where: str | None = None,
+    partition_overwrite_mode: Literal["static", "dynamic"] = "static",
     merge_schema: bool = False,
     overwrite_schema: bool = False,
-    txn_app_id: str | None = None,
-    txn_version: int | None = None,
-    user_metadata: str | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-    *,
-    partition_overwrite_mode: str = "static",
     configuration: Mapping[str, str] | None = None,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     commit_properties: CommitProperties | None = None,
-) -> WriteResult:
-    """Write `df` to the Delta table at `uri` in one commit (creating the table if needed).
+    storage_options: Mapping[str, Any] | None = None,
+) -> CommitResult:
+    """Write `df` to the Delta table `table` in one commit (creating the table if needed).
 
-    `mode`: "append", "overwrite" (all files, the files matching `replace_where`, or with
-    `partition_overwrite_mode="dynamic"` the partitions `df` writes to), "error"/"errorifexists"
-    or "ignore" (skip) when the table exists. `merge_schema` adds `df`'s new columns;
-    `overwrite_schema` (overwrite only) replaces the schema and the partitioning. With
-    `txn_app_id` and `txn_version` the write is skipped when that application already committed
-    that version (or a later one). `configuration` holds the table properties of a new table.
-    `commit_properties` sets the isolation level, commit attempts, post-commit hooks and app
-    transactions of the commit (`user_metadata` and the txn arguments are added to them).
+    `table` is a URI (opened with `storage_options`), a `DeltaLog`, or a transaction already
+    started on it (its snapshot is the one written against, so a caller that checked it first
+    does not load a second one). `mode`: "append", "overwrite" (all files, the files matching
+    `replace_where`, or with `partition_overwrite_mode="dynamic"` the partitions `df` writes
+    to), "error"/"errorifexists" or "ignore" (skip) when the table exists. `merge_schema` adds
+    `df`'s new columns; `overwrite_schema` (overwrite only) replaces the schema and the
+    partitioning. `configuration` holds the table properties of a new table.
+    `commit_properties` sets user metadata, isolation level, commit attempts, post-commit
+    hooks and app transactions (`SetTransaction(app_id, version)`: the write is skipped when
+    that application already committed that version or a later one).
+
+    Returns the commit's `CommitResult` (version None when skipped).
     """
-    save_mode = _SAVE_MODES.get(mode.lower())
-    if save_mode is None:
-        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(_SAVE_MODES)}")
-    overwrite = save_mode == "Overwrite"
-    dynamic = partition_overwrite_mode.lower()
-    if dynamic not in ("static", "dynamic"):
-        raise ValueError(
-            "partition_overwrite_mode must be 'static' or 'dynamic', not "
-            f"{partition_overwrite_mode!r}"
-        )
-    if not overwrite and (replace_where or overwrite_schema or dynamic == "dynamic"):
-        raise ValueError(
-            "replace_where, overwrite_schema and dynamic partition overwrite need mode='overwrite'"
-        )
-    if (replace_where is not None) + overwrite_schema + (dynamic == "dynamic") > 1:
-        raise ValueError(
-            "replace_where, overwrite_schema and partition_overwrite_mode='dynamic' exclude "
-            "each other"
-        )
-    if (txn_app_id is None) != (txn_version is None):
-        raise ValueError("txn_app_id and txn_version go together")
-    properties = commit_properties or CommitProperties()
-    app_transactions = list(properties.app_transactions)
-    if txn_app_id is not None and txn_version is not None:
-        app_transactions.append(SetTransaction(txn_app_id, txn_version))
-    properties = dataclasses.replace(
-        properties,
-        user_metadata=user_metadata or properties.user_metadata,
-        app_transactions=app_transactions,
-    )
-    txn = DeltaLog.for_table(uri, storage_options).start_transaction(properties=properties)
+    save_mode = _save_mode(mode, replace_where, partition_overwrite_mode, overwrite_schema)
+    txn = _open_transaction(table, commit_properties, storage_options)
+    skip = Operation("WRITE", {"mode": save_mode})
     if txn.already_committed():
-        return WriteResult(None, 0, {}, skipped=True)
+        return txn.result(None, skip)
     if txn.read_version >= 0 and save_mode == "ErrorIfExists":
         raise TableAlreadyExistsError(
-            f"Table {uri} already exists (version {txn.read_version}) and mode is {mode!r}"
+            f"Table {txn.table} already exists (version {txn.read_version}) and mode is {mode!r}"
         )
     if txn.read_version >= 0 and save_mode == "Ignore":
-        return WriteResult(None, 0, {}, skipped=True)
+        return txn.result(None, skip)
     _prepare_metadata(txn, df, partition_by, overwrite_schema, merge_schema, configuration)
     columns = list(txn.metadata.partition_columns)
-    dynamic_overwrite = dynamic == "dynamic" and bool(columns)
-    removed = txn.filter_files(replace_where) if overwrite and not dynamic_overwrite else []
-    constraints = []
-    if replace_where is not None:
-        names = [f["name"] for f in json.loads(txn.metadata.schema_string or "{}")["fields"]]
-        constraints.append(
-            Constraint(
-                "replaceWhere",
-                replace_where,
-                "Written data does not conform to partial table overwrite condition or "
-                f"constraint '{replace_where}'.\nCHECK replaceWhere ({replace_where})",
-                _referenced_columns(replace_where, names),
-            )
-        )
+    dynamic = partition_overwrite_mode == "dynamic" and bool(columns)
+    overwrite = save_mode == "Overwrite"
+    removed = txn.filter_files(replace_where) if overwrite and not dynamic else []
     adds = write_files(
         txn,
         df,
         target_file_size=target_file_size,
         storage_options=storage_options,
-        constraints=constraints,
+        constraints=_replace_where_constraints(txn, replace_where),
     )
-    if dynamic_overwrite:
+    if dynamic:
         predicate = _partitions_predicate(txn.metadata, adds)
         removed = txn.filter_files(predicate) if predicate is not None else []
     now = int(time.time() * 1000)
-    actions: list[Any] = [f.remove(now) for f in removed]
-    actions += adds
+    actions: list[Any] = [*(f.remove(now) for f in removed), *adds]
+    parameters: dict[str, Any] = {"mode": save_mode, "partitionBy": columns}
+    if replace_where is not None:
+        parameters["predicate"] = replace_where
+    if dynamic:
+        parameters["partitionOverwriteMode"] = "dynamic"
+    metrics = _write_metrics(adds, removed if overwrite else None)
+    return txn.commit(actions, Operation("WRITE", parameters, metrics))
+
+
+def _save_mode(
+    mode: str, replace_where: str | None, partition_overwrite_mode: str, overwrite_schema: bool
+) -> str:
+    """Spark's SaveMode for `mode`, after checking the options that go with it."""
+    save_mode = _SAVE_MODES.get(str(mode).lower())
+    if save_mode is None:
+        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(_SAVE_MODES)}")
+    if partition_overwrite_mode not in ("static", "dynamic"):
+        raise ValueError(
+            "partition_overwrite_mode must be 'static' or 'dynamic', not "
+            f"{partition_overwrite_mode!r}"
+        )
+    dynamic = partition_overwrite_mode == "dynamic"
+    if save_mode != "Overwrite" and (replace_where or overwrite_schema or dynamic):
+        raise ValueError(
+            "replace_where, overwrite_schema and dynamic partition overwrite need mode='overwrite'"
+        )
+    if (replace_where is not None) + overwrite_schema + dynamic > 1:
+        raise ValueError(
+            "replace_where, overwrite_schema and partition_overwrite_mode='dynamic' exclude "
+            "each other"
+        )
+    return save_mode
+
+
+def _open_transaction(
+    table: str | DeltaLog | OptimisticTransaction,
+    properties: CommitProperties | None,
+    storage_options: Mapping[str, Any] | None,
+) -> OptimisticTransaction:
+    """The transaction a write commits with: `table` itself, or one started on it."""
+    if isinstance(table, OptimisticTransaction):
+        if properties is not None and properties is not table.properties:
+            raise ValueError(
+                f"write_delta into {table.table}: pass commit_properties to the transaction "
+                "you give, not beside it"
+            )
+        return table
+    delta_log = table if isinstance(table, DeltaLog) else DeltaLog.for_table(table, storage_options)
+    return delta_log.start_transaction(properties=properties)
+
+
+def _replace_where_constraints(
+    txn: OptimisticTransaction, replace_where: str | None
+) -> list[Constraint]:
+    """The check that every written row satisfies `replace_where` (none without one)."""
+    if replace_where is None:
+        return []
+    names = [f["name"] for f in json.loads(txn.metadata.schema_string or "{}")["fields"]]
+    return [
+        Constraint(
+            "replaceWhere",
+            replace_where,
+            "Written data does not conform to partial table overwrite condition or "
+            f"constraint '{replace_where}'.\nCHECK replaceWhere ({replace_where})",
+            _referenced_columns(replace_where, names),
+        )
+    ]
+
+
+def _write_metrics(adds: Sequence[AddFile], removed: Sequence[AddFile] | None) -> dict[str, int]:
+    """Delta's WRITE metrics; the removed files' only for an overwrite."""
     metrics = {
         "numFiles": len(adds),
         "numOutputRows": sum(a.num_records or 0 for a in adds),
         "numOutputBytes": sum(a.size for a in adds),
     }
-    if overwrite:
+    if removed is not None:
         metrics["numRemovedFiles"] = len(removed)
         metrics["numRemovedBytes"] = sum(f.size for f in removed)
-    parameters: dict[str, Any] = {"mode": save_mode, "partitionBy": columns}
-    if replace_where is not None:
-        parameters["predicate"] = replace_where
-    if dynamic_overwrite:
-        parameters["partitionOverwriteMode"] = "dynamic"
-    version = txn.commit(actions, Operation("WRITE", parameters, metrics))
-    return WriteResult(
-        version, txn.attempts, metrics, False, list(txn.conflicts_checked), dict(txn.hook_results)
-    )
+    return metrics

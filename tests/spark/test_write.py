@@ -25,7 +25,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_delta.engine import DeltaLog, Operation
+from airflow_delta.engine import CommitProperties, DeltaLog, Operation, SetTransaction
 from airflow_delta.engine.errors import DeltaProtocolError, TableAlreadyExistsError
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.protocol.schema import (
@@ -36,7 +36,6 @@ from airflow_delta.engine.protocol.schema import (
 from airflow_delta.spark.write import (
     ConstraintViolationError,
     SchemaMismatchError,
-    WriteResult,
     write_delta,
     write_files,
 )
@@ -143,11 +142,13 @@ def frame(spark: SparkSession, rows: list[dict[str, Any]], ddl: str = DDL) -> Da
 def test_append_creates_the_table_then_appends(spark: SparkSession, table: str) -> None:
     first = write_delta(frame(spark, ROWS), table, partition_by=["p"])
     adds = [a["add"] for a in commit(table, 0) if "add" in a]
-    assert first == WriteResult(
+    assert (first.version, first.attempts, first.skipped, first.metrics) == (
         0,
         1,
+        False,
         {"numFiles": 3, "numOutputRows": 4, "numOutputBytes": sum(a["size"] for a in adds)},
     )
+    assert first == 0 and first.operation == "WRITE" and first.table == table
     kinds = [next(iter(a)) for a in commit(table, 0)]
     assert kinds == ["commitInfo", "protocol", "metaData", "add", "add", "add"]
     more = [{"id": 5, "p": "a", "v": 5.0}, {"id": 6, "p": "d", "v": None}]
@@ -219,8 +220,7 @@ def test_dynamic_overwrite_replaces_nan_partitions(spark: SparkSession, table: s
     """A NaN partition value is one partition (Spark: NaN = NaN): overwriting it dynamically
     removes its old files, like any other partition's."""
     rows = (
-        "SELECT id, CASE WHEN id % 2 = 0 THEN CAST('NaN' AS DOUBLE) ELSE 1.5 END AS f "
-        "FROM range(6)"
+        "SELECT id, CASE WHEN id % 2 = 0 THEN CAST('NaN' AS DOUBLE) ELSE 1.5 END AS f FROM range(6)"
     )
     write_delta(spark.sql(rows), table, partition_by=["f"])
     new = spark.sql("SELECT 100L AS id, CAST('NaN' AS DOUBLE) AS f")
@@ -238,7 +238,12 @@ def test_error_and_ignore_modes(spark: SparkSession, table: str) -> None:
     with pytest.raises(TableAlreadyExistsError, match="already exists"):
         write_delta(frame(spark, ROWS[:1]), table, mode="error")
     ignored = write_delta(frame(spark, ROWS[:1]), table, mode="ignore")
-    assert ignored == WriteResult(None, 0, {}, skipped=True)
+    assert (ignored.version, ignored.skipped, ignored.attempts, ignored.metrics) == (
+        None,
+        True,
+        0,
+        {},
+    )
     assert DeltaLog.for_table(table).update().version == 0
     other = table + "-ignore"
     assert write_delta(frame(spark, ROWS[:1]), other, mode="ignore").version == 0
@@ -246,13 +251,18 @@ def test_error_and_ignore_modes(spark: SparkSession, table: str) -> None:
     assert_rows(other, ROWS[:1])
 
 
+def etl(version: int) -> CommitProperties:
+    """The commit properties of an idempotent write of app "etl" at `version`."""
+    return CommitProperties(app_transactions=[SetTransaction("etl", version)])
+
+
 def test_idempotent_writes_are_skipped(spark: SparkSession, table: str) -> None:
-    first = write_delta(frame(spark, ROWS[:2]), table, txn_app_id="etl", txn_version=1)
+    first = write_delta(frame(spark, ROWS[:2]), table, commit_properties=etl(1))
     assert first.version == 0
     for version in (1, 0):
-        again = write_delta(frame(spark, ROWS[:2]), table, txn_app_id="etl", txn_version=version)
+        again = write_delta(frame(spark, ROWS[:2]), table, commit_properties=etl(version))
         assert again.skipped and again.version is None
-    later = write_delta(frame(spark, ROWS[2:]), table, txn_app_id="etl", txn_version=2)
+    later = write_delta(frame(spark, ROWS[2:]), table, commit_properties=etl(2))
     assert later.version == 1
     assert {"appId": "etl", "version": 2} in [
         {k: a["txn"][k] for k in ("appId", "version")} for a in commit(table, 1) if "txn" in a
@@ -262,14 +272,30 @@ def test_idempotent_writes_are_skipped(spark: SparkSession, table: str) -> None:
     assert_rows(table, ROWS)
 
 
+def test_the_table_can_be_a_delta_log_or_an_open_transaction(
+    spark: SparkSession, table: str
+) -> None:
+    log = DeltaLog.for_table(table)
+    assert write_delta(frame(spark, ROWS[:1]), log).version == 0
+    txn = log.start_transaction(properties=CommitProperties(user_metadata="given"))
+    result = write_delta(frame(spark, ROWS[1:]), txn)
+    assert (result.version, result.read_version, txn.committed) == (1, 0, True)
+    assert commit_info(table, 1)["userMetadata"] == "given"
+    assert_rows(table, ROWS)
+
+
 def test_user_metadata_and_argument_checks(spark: SparkSession, table: str) -> None:
-    write_delta(frame(spark, ROWS), table, user_metadata="nightly load")
+    properties = CommitProperties(user_metadata="nightly load")
+    write_delta(frame(spark, ROWS), table, commit_properties=properties)
     assert commit_info(table, 0)["userMetadata"] == "nightly load"
     df = frame(spark, ROWS)
     with pytest.raises(ValueError, match="need mode='overwrite'"):
         write_delta(df, table, replace_where="p = 'a'")
-    with pytest.raises(ValueError, match="go together"):
-        write_delta(df, table, txn_app_id="etl")
+    with pytest.raises(TypeError):
+        write_delta(df, table, "append")  # type: ignore[misc]  # keyword-only after the table
+    txn = DeltaLog.for_table(table).start_transaction()
+    with pytest.raises(ValueError, match="pass commit_properties to the transaction"):
+        write_delta(df, txn, commit_properties=properties)
     with pytest.raises(ValueError, match="unknown mode"):
         write_delta(df, table, mode="upsert")
     with pytest.raises(SchemaMismatchError, match="partitioned by"):
