@@ -35,7 +35,10 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.expressions.predicates import (
     InvalidPredicateError,
     PartitionPredicate,
+    Token,
     quote_identifier,
+    split_conjuncts,
+    tokenize,
 )
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Operation, add_files_from_arrow
@@ -58,7 +61,6 @@ MAX_PRUNING_VALUES = 1000
 #: Delta types whose partition predicates compare in the engine exactly as in Spark.
 _PRUNABLE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
 
-_TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|<=>|[<>!=]=|<>|\w+|\s+|.", re.S)
 _LITERAL = re.compile(
     r"'[^'\\]*'|[+-]?\d+(?:\.\d+)?|true|false|date\s*'\d{4}-\d{2}-\d{2}'", re.IGNORECASE
 )
@@ -344,7 +346,7 @@ class MergeBuilder:
         """Each conjunct of the condition with the partition predicate it implies (or None)."""
         partitions = {c.lower(): c for c in txn.metadata.partition_columns}
         unsafe = "\\" in self.condition or "--" in self.condition or "/*" in self.condition
-        conjuncts = _conjuncts(self.condition)
+        conjuncts = split_conjuncts(self.condition)
         if not partitions or unsafe:
             return [(c, None) for c in conjuncts]
         schema = json.loads(txn.metadata.schema_string or "{}")
@@ -369,15 +371,13 @@ class MergeBuilder:
         `partitions` maps lower-case partition column names to theirs, `fields` lower-case
         column names to their schema fields.
         """
-        tokens = [m for m in _TOKEN.finditer(conjunct) if not m.group().isspace()]
-        ops = [
-            i for i, m in enumerate(tokens) if m.group() in ("=", "==") or m.group().lower() == "in"
-        ]
+        tokens = tokenize(conjunct, lenient=True)[:-1]  # the end token left out
+        ops = [i for i, t in enumerate(tokens) if _is_equality(t) or _is_keyword(t, "in")]
         if len(ops) != 1 or ops[0] in (0, len(tokens) - 1):
             return None
         op = tokens[ops[0]]
-        left, right = conjunct[: op.start()].strip(), conjunct[op.end() :].strip()
-        if op.group().lower() == "in":
+        left, right = conjunct[: op.start].strip(), conjunct[op.end :].strip()
+        if _is_keyword(op, "in"):
             column = self._target_partition(left, partitions, fields)
             items = right[1:-1].split(",") if right[:1] == "(" and right[-1:] == ")" else []
             if column is None or not items or not all(_LITERAL.fullmatch(i.strip()) for i in items):
@@ -461,8 +461,11 @@ class MergeBuilder:
         for conjunct, partition in conjuncts:
             if partition is not None and not self._reads_source(conjunct):
                 continue
-            sides = re.split(r"(?<![<>!=])==?(?![=>])", conjunct)
-            refs = [self._reference(s) for s in sides] if len(sides) == 2 else [None]
+            equalities = [t for t in tokenize(conjunct, lenient=True) if _is_equality(t)]
+            refs = [None]
+            if len(equalities) == 1:
+                op = equalities[0]
+                refs = [self._reference(conjunct[: op.start]), self._reference(conjunct[op.end :])]
             if None in refs or {r[0] for r in refs if r} != {
                 target_alias,
                 self.source_alias.lower(),
@@ -580,37 +583,12 @@ def _assignments(mapping: Mapping[str, str]) -> dict[str, str]:
     return dict(mapping)
 
 
-def _conjuncts(condition: str) -> list[str]:
-    """The top-level AND operands of a SQL condition, outer parentheses removed."""
-    parts, depth, start, between = [], 0, 0, False
-    for token in _TOKEN.finditer(condition):
-        word = token.group().lower()
-        depth += {"(": 1, ")": -1}.get(word, 0)
-        if depth or word not in ("and", "between"):
-            continue
-        if word == "between" or between:
-            between = word == "between"
-            continue
-        parts.append(condition[start : token.start()])
-        start = token.end()
-    parts.append(condition[start:])
-    result = []
-    for part in (p.strip() for p in parts):
-        inner = _unwrap(part)
-        result.extend(_conjuncts(inner) if inner is not None else [part])
-    return result
+def _is_equality(token: Token) -> bool:
+    return token.kind == "op" and token.value in ("=", "==")
 
 
-def _unwrap(text: str) -> str | None:
-    """`text` without the parentheses that enclose all of it, or None."""
-    if not text.startswith("("):
-        return None
-    depth = 0
-    for token in _TOKEN.finditer(text):
-        depth += {"(": 1, ")": -1}.get(token.group(), 0)
-        if depth == 0:
-            return text[1:-1] if token.end() == len(text) else None
-    return None
+def _is_keyword(token: Token, word: str) -> bool:
+    return token.kind == "ident" and token.value.lower() == word
 
 
 def _sql_literal(value: object) -> str:

@@ -68,9 +68,16 @@ _COMPARISONS: dict[str, Callable[..., pa.Array | pa.Scalar]] = {
 _SYNONYMS = {"==": "=", "<>": "!="}
 
 
+#: In lenient tokenizing, what the grammar has no token for: a double-quoted string, a word
+#: of other characters, or one character (an unclosed quote, `.`, `*`, ...).
+_OTHER = re.compile(r'"[^"]*"|\w+|.', re.S)
+
+
 @dataclass(frozen=True)
-class _Token:
-    kind: str  # number, ident, string, quoted (a backquoted name), op or end
+class Token:
+    """One token of a SQL text: its kind, its value and where it is (`text[start:end]`)."""
+
+    kind: str  # number, ident, string, quoted (a backquoted name), op, other (lenient) or end
     value: str  # identifiers and strings unquoted
     start: int
     end: int
@@ -85,26 +92,80 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _tokenize(text: str) -> list[_Token]:
+def tokenize(text: str, *, lenient: bool = False) -> list[Token]:
+    """The tokens of the SQL `text` (whitespace left out), ending with an "end" token.
+
+    Strict (the default), a character the grammar has no token for, an unclosed quote or a
+    malformed number raises InvalidPredicateError. `lenient` reads any Spark SQL instead
+    (MERGE conditions, for one) and gives such a piece as an "other" token: a
+    double-quoted string, a word, or one character, so that `t.id` is `t`, `.` and `id`.
+
+    >>> [(t.kind, t.value) for t in tokenize("`my col` IN ('a', 'it''s')")][:4]
+    [('quoted', 'my col'), ('ident', 'IN'), ('op', '('), ('string', 'a')]
+    >>> [t.value for t in tokenize("t.id = s.id", lenient=True)]
+    ['t', '.', 'id', '=', 's', '.', 'id', '']
+    """
     tokens = []
     pos = 0
     while pos < len(text):
-        match = _TOKEN.match(text, pos)
+        match = _TOKEN.match(text, pos) or (_OTHER.match(text, pos) if lenient else None)
         if match is None:
             raise InvalidPredicateError(text, _bad_character(text[pos], pos), pos)
-        kind, raw, end = match.lastgroup or "", match.group(), match.end()
+        kind, raw, end = match.lastgroup or "other", match.group(), match.end()
         if kind == "number" and _WORD.match(text, end).end() > end:
             bad = text[pos : _WORD.match(text, pos).end()]
-            raise InvalidPredicateError(
-                text, f"has a malformed number '{bad}' at character {pos + 1}.", pos
-            )
+            if not lenient:
+                raise InvalidPredicateError(
+                    text, f"has a malformed number '{bad}' at character {pos + 1}.", pos
+                )
+            kind, raw, end = "other", bad, pos + len(bad)
         if kind in ("string", "quoted"):
             raw = raw[1:-1].replace(raw[0] * 2, raw[0])
         if kind != "space":
-            tokens.append(_Token(kind, raw, pos, end))
+            tokens.append(Token(kind, raw, pos, end))
         pos = end
-    tokens.append(_Token("end", "", len(text), len(text)))
+    tokens.append(Token("end", "", len(text), len(text)))
     return tokens
+
+
+def split_conjuncts(condition: str) -> list[str]:
+    """The top-level AND operands of a SQL condition, each without parentheses that enclose
+    all of it (and split again inside them). `x BETWEEN a AND b` stays one operand, and so
+    does an AND inside a string or a backquoted name. Any Spark SQL is read (leniently).
+
+    >>> split_conjuncts("(t.id = s.id AND t.day = s.day) AND s.v BETWEEN 1 AND 2")
+    ['t.id = s.id', 't.day = s.day', 's.v BETWEEN 1 AND 2']
+    """
+    parts, depth, start, between = [], 0, 0, False
+    for token in tokenize(condition, lenient=True):
+        word = token.value.lower() if token.kind in ("ident", "op") else ""
+        depth += {"(": 1, ")": -1}.get(word, 0)
+        if depth or word not in ("and", "between"):
+            continue
+        if word == "between" or between:
+            between = word == "between"
+            continue
+        parts.append(condition[start : token.start])
+        start = token.end
+    parts.append(condition[start:])
+    result = []
+    for part in (p.strip() for p in parts):
+        inner = _unwrap(part)
+        result.extend(split_conjuncts(inner) if inner is not None else [part])
+    return result
+
+
+def _unwrap(text: str) -> str | None:
+    """`text` without the parentheses that enclose all of it, or None."""
+    if not text.startswith("("):
+        return None
+    depth = 0
+    for token in tokenize(text, lenient=True):
+        if token.kind == "op":
+            depth += {"(": 1, ")": -1}.get(token.value, 0)
+        if depth == 0:
+            return text[1:-1] if token.end == len(text) else None
+    return None
 
 
 def _bad_character(char: str, pos: int) -> str:
@@ -485,7 +546,7 @@ class _Parser:
         self.partition_columns = partition_columns
         self.by_lower = {name.lower(): name for name in partition_columns}
         self.used: dict[str, tuple[str, str]] = {}  # name -> (partitionValues key, Delta type)
-        self.tokens = _tokenize(text)
+        self.tokens = tokenize(text)
         self.index = 0
 
     def parse(self) -> PartitionPredicate:
@@ -495,28 +556,28 @@ class _Parser:
 
     # -- token helpers
 
-    def _peek(self) -> _Token:
+    def _peek(self) -> Token:
         return self.tokens[self.index]
 
-    def _next(self) -> _Token:
+    def _next(self) -> Token:
         token = self.tokens[self.index]
         self.index += 1
         return token
 
-    def _keyword(self, *words: str) -> _Token | None:
+    def _keyword(self, *words: str) -> Token | None:
         """The next token if it is one of the keywords `words`, consumed."""
         token = self._peek()
         if token.kind == "ident" and token.value.lower() in words:
             return self._next()
         return None
 
-    def _op(self, *ops: str) -> _Token | None:
+    def _op(self, *ops: str) -> Token | None:
         token = self._peek()
         if token.kind == "op" and token.value in ops:
             return self._next()
         return None
 
-    def _expect(self, kind: str, expected: str, value: str | None = None) -> _Token:
+    def _expect(self, kind: str, expected: str, value: str | None = None) -> Token:
         token = self._peek()
         matches = token.kind == kind and (value is None or token.value.lower() == value)
         if not matches:
@@ -526,7 +587,7 @@ class _Parser:
     def _span(self, start: int) -> tuple[int, int]:
         return start, self.tokens[self.index - 1].end
 
-    def _syntax_error(self, expected: str, token: _Token) -> InvalidPredicateError:
+    def _syntax_error(self, expected: str, token: Token) -> InvalidPredicateError:
         found = (
             "the end of the predicate"
             if token.kind == "end"
@@ -641,7 +702,7 @@ class _Parser:
                 return self._column(token)
         raise self._syntax_error("a column, a literal or '('", token)
 
-    def _typed_literal(self, keyword: _Token, string: _Token) -> _Literal:
+    def _typed_literal(self, keyword: Token, string: Token) -> _Literal:
         family = keyword.value.lower()
         try:
             if family == "date":
@@ -665,7 +726,7 @@ class _Parser:
             ) from None
         return _Literal(span, value, type_)
 
-    def _column(self, token: _Token) -> _Column:
+    def _column(self, token: Token) -> _Column:
         name = self.by_lower.get(token.value.lower())
         if name is None:
             listed = ", ".join(self.partition_columns) or "none"
