@@ -103,7 +103,7 @@ class DeltaHook(BaseHook):
         if conn.password:
             mask_secret(conn.password)
         return spark_session_from_connection(
-            conn.conn_type,
+            conn.conn_type or "spark",
             conn.host,
             conn.port,
             conn.extra_dejson,

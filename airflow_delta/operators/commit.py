@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The source of a write or a MERGE: SQL text, a `.sql` file, a callable, or a path.
-Source = str | Callable[["SparkSession", "Context"], Any]
+#: A callable gets the task's SparkSession (started on first use) and the task context.
+Source = str | Callable[..., Any]
 
 #: Conflicts after which re-running read + write + commit can succeed: every Delta conflict
 #: (ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from airflow_delta.operators.commit import DeltaCommitOperator, is_templated
 
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from airflow_delta.engine.txn.transaction import CommitResult, OptimisticTransaction
     from airflow_delta.operators.commit import SparkOnDemand
+    from airflow_delta.spark.write import WriteMode
 
 MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
 
@@ -111,23 +112,25 @@ class DeltaWriteOperator(DeltaCommitOperator):
     def commit_once(
         self, spark: SparkOnDemand, context: Context, txn: OptimisticTransaction
     ) -> CommitResult:
+        from airflow_delta.engine.commands.data_files import DEFAULT_TARGET_FILE_SIZE
         from airflow_delta.spark.write import write_delta
 
         partition_by = self.partition_by
         if isinstance(partition_by, str):  # a rendered template: "day" or "day, country"
             partition_by = [c.strip() for c in partition_by.split(",") if c.strip()]
-        extra = {"target_file_size": self.target_file_size} if self.target_file_size else {}
         self.executor = "spark"
         return write_delta(
             self.read_source(spark, context),
             txn,
-            mode=self.mode,
+            mode=cast("WriteMode", self.mode),
             partition_by=list(partition_by) if partition_by else None,
             replace_where=self.replace_where or None,
             merge_schema=self.merge_schema,
             overwrite_schema=self.overwrite_schema,
             storage_options=self.hook.storage_options,
-            partition_overwrite_mode=self.partition_overwrite_mode,
+            partition_overwrite_mode=cast(
+                "Literal['static', 'dynamic']", self.partition_overwrite_mode
+            ),
             configuration=self.table_properties or None,
-            **extra,
+            target_file_size=self.target_file_size or DEFAULT_TARGET_FILE_SIZE,
         )

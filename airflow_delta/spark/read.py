@@ -204,7 +204,7 @@ def _read_parquet(spark: SparkSession, schema: T.StructType, paths: list[str]) -
     reader = spark.read.schema(schema)
     if type(reader).__module__.startswith("pyspark.sql.connect"):
         return reader.parquet(*paths)
-    previous = spark.conf.get(_LISTING_PARALLELISM)
+    previous = str(spark.conf.get(_LISTING_PARALLELISM))
     cores = spark.sparkContext.defaultParallelism
     spark.conf.set(_LISTING_PARALLELISM, str(max(1, min(int(previous), cores))))
     try:
@@ -249,9 +249,9 @@ class TableLayout:
         """The layout of `snapshot`'s table; DeltaProtocolError if Spark cannot read it."""
         table = snapshot.table_uri
         _check_reader_features(spark, snapshot)
-        schema_string = snapshot.metadata.schema_string
+        schema_string = snapshot.metadata.schema_string or "null"
         schema_from_json(schema_string)  # CorruptLogError, or DeltaProtocolError for odd types
-        schema_json = json.loads(schema_string)  # type: ignore[arg-type]
+        schema_json = json.loads(schema_string)
         mode = snapshot.metadata.configuration.get("delta.columnMapping.mode", "none")
         if "columnMapping" not in reader_features(snapshot.protocol):
             mode = "none"

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -117,12 +117,12 @@ def get_spark(
     """
     if master and remote:
         raise ValueError(f"Give a master or a remote, not both (master={master!r}, {remote=!r})")
-    conf_str = {str(k): _conf_value(v) for k, v in (conf or {}).items()}
+    conf_str: dict[str, Any] = {str(k): _conf_value(v) for k, v in (conf or {}).items()}
     if not master and not remote and _active_connect_session() is not None:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
         os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-        return ConnectSession.builder.config(map=conf_str).getOrCreate()
+        return cast("SparkSession", ConnectSession.builder.config(map=conf_str).getOrCreate())
     if remote:
         return _connect_session(remote, conf_str, replace_active)
     return _classic_session(master, conf_str, app_name, replace_active)
@@ -265,7 +265,7 @@ def executor_python_conf(master: str, conf: Mapping[str, str] | None = None) -> 
 
 
 def _classic_session(
-    master: str | None, conf: dict[str, str], app_name: str, replace_active: bool
+    master: str | None, conf: dict[str, Any], app_name: str, replace_active: bool
 ) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -296,7 +296,7 @@ def _classic_session(
     if _on_this_host(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    full = {**DEFAULT_CONF, **executor_python_conf(master, conf), **conf}
+    full: dict[str, Any] = {**DEFAULT_CONF, **executor_python_conf(master, conf), **conf}
     if "spark.pyspark.python" in full:
         # An in-process driver reads only the environment variable (SparkContext.pythonExec).
         os.environ["PYSPARK_PYTHON"] = full["spark.pyspark.python"]
@@ -359,7 +359,7 @@ def _connect_session(remote: str, conf: dict[str, str], replace_active: bool) ->
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     sql_defaults = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}
     builder = ConnectSession.builder.remote(remote)
-    return builder.config(map={**sql_defaults, **conf}).getOrCreate()
+    return cast("SparkSession", builder.config(map={**sql_defaults, **conf}).getOrCreate())
 
 
 def _active_connect_session() -> Any:

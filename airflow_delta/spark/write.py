@@ -122,7 +122,12 @@ NUMERIC_ORDER = (
     T.FloatType,
     T.DoubleType,
 )
-_INTEGRAL_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 20}
+_INTEGRAL_DIGITS: dict[type[T.DataType], int] = {
+    T.ByteType: 3,
+    T.ShortType: 5,
+    T.IntegerType: 10,
+    T.LongType: 20,
+}
 
 
 def _can_up_cast(src: T.DataType, dst: T.DataType) -> bool:

@@ -97,7 +97,7 @@ def _file_type(t: pa.DataType, column_mapping: bool) -> pa.DataType:
 
 
 def _has_min_max(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
         or pa.types.is_decimal(t)
@@ -255,7 +255,7 @@ class WritePlan:
         columns = metadata.partition_columns
         column_mapping = metadata.column_mapping_mode != "none"
         schema = metadata.schema
-        types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
+        types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string or "{}")["fields"]}
         options = location.storage_options if storage_options is None else storage_options
         return cls(
             uri=location.uri,

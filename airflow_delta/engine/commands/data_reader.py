@@ -16,7 +16,7 @@ the Spark data plane:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from airflow_delta.engine.errors import UnsupportedStorageError
 from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, resolve_path
 
-ArrowColumn = pa.Array | pa.ChunkedArray
+ArrowColumn: TypeAlias = pa.Array | pa.ChunkedArray
 
 _STRING = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
 _BINARY = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)

@@ -272,8 +272,8 @@ class _CheckpointFileActions:
 
     def max_rows(self) -> int:
         """Rows of the JSON parts and of the parquet files (every row may be a file action)."""
-        rows = sum(t.num_rows for t in self.json_tables)
-        return rows + sum(pf.metadata.num_rows for _, pf in self._parquet_files())
+        rows = sum(int(t.num_rows) for t in self.json_tables)
+        return rows + sum(int(pf.metadata.num_rows) for _, pf in self._parquet_files())
 
 
 def _read_in_batches(path: str, pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
@@ -441,7 +441,7 @@ def write_checkpoint(
             else filenames.checkpoint_file_parts(version, parts)
         )
         per_part = -(-table.num_rows // parts)
-        contents = [[table.slice(i * per_part, per_part)] for i in range(parts)]
+        contents = [iter([table.slice(i * per_part, per_part)]) for i in range(parts)]
     size_in_bytes = 0
     for name, content in zip(names, contents, strict=True):
         path = store.join(log_path, name)

@@ -125,7 +125,7 @@ class LogStore(ABC):
         write_row_groups(sink, tables, schema, options)
         data = sink.getvalue()
         self.write(path, data.to_pybytes(), overwrite=True)
-        return data.size
+        return int(data.size)
 
     @abstractmethod
     def exists(self, path: str) -> bool:
@@ -303,8 +303,8 @@ class FsspecLogStore(LogStore):
     def read(self, path: str, max_size: int | None = None) -> bytes:
         """The whole content of `path` (at most `max_size` + 1 bytes are fetched)."""
         if max_size is None:
-            return self.fs.cat_file(path)
-        data = self.fs.cat_file(path, start=0, end=max_size + 1)
+            return bytes(self.fs.cat_file(path))
+        data = bytes(self.fs.cat_file(path, start=0, end=max_size + 1))
         _check_size(path, len(data), max_size)
         return data
 
@@ -320,7 +320,7 @@ class FsspecLogStore(LogStore):
 
     def exists(self, path: str) -> bool:
         """Whether `path` exists."""
-        return self.fs.exists(path)
+        return bool(self.fs.exists(path))
 
     def delete(self, path: str) -> None:
         """Remove `path` if present."""

@@ -10,8 +10,9 @@ checkpoint keep the checkpoint's order; files added later follow in log order.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from typing import Protocol as Interface
 from urllib.parse import unquote
 
@@ -71,8 +72,8 @@ class LogBatch:
     unread_files: UnreadFileActions | None = None
     adds: pa.StructArray | None = None
     removes: pa.StructArray | None = None
-    add_rows: list[dict] = field(default_factory=list)
-    remove_rows: list[dict] = field(default_factory=list)
+    add_rows: list[dict[str, Any]] = field(default_factory=list)
+    remove_rows: list[dict[str, Any]] = field(default_factory=list)
     add_lines: list[int] = field(default_factory=list)
     remove_lines: list[int] = field(default_factory=list)
     protocol: Protocol | None = None
@@ -111,7 +112,9 @@ class LogBatch:
         return self.removes
 
 
-def _struct_array(rows: list[dict], type_: pa.StructType, source: str, name: str) -> pa.Array:
+def _struct_array(
+    rows: list[dict[str, Any]], type_: pa.StructType, source: str, name: str
+) -> pa.Array:
     try:
         return array_from_pylist(rows, type_)
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
@@ -130,7 +133,7 @@ def _rows_to_array(batches: list[LogBatch], kind: str) -> pa.StructArray:
         raise
 
 
-_SMALL_ACTIONS = {
+_SMALL_ACTIONS: dict[str, Callable[[LogBatch, Any], None]] = {
     "protocol": lambda b, a: setattr(b, "protocol", a),
     "metaData": lambda b, a: setattr(b, "metadata", a),
     "txn": lambda b, a: b.txns.append(a),

@@ -93,7 +93,7 @@ class Snapshot:
         """Replay `segment` (its checkpoint already read into `checkpoint_batch` if any)."""
         table = location.uri
         replay = InMemoryLogReplay(min_file_retention_timestamp=0)
-        if checkpoint_batch is not None:
+        if checkpoint_batch is not None and segment.checkpoint_version is not None:
             replay.append(segment.checkpoint_version, checkpoint_batch)
         store = location.store
         for f in segment.deltas:
@@ -154,7 +154,7 @@ class Snapshot:
             # Loaded at a checkpoint version: the checkpoint has no commitInfo, the commit does.
             with contextlib.suppress(FileNotFoundError):
                 commit_info = read_commit_info(self.location, self.version)
-        ict = commit_info and commit_info.in_commit_timestamp
+        ict = commit_info.in_commit_timestamp if commit_info is not None else None
         if ict is None:
             return self.log_segment.last_commit_timestamp
         return int(ict)

@@ -623,7 +623,8 @@ def action_from_json(name: str, body: Any, source: str = "log") -> Action:
     if not isinstance(body, dict):
         raise CorruptLogError(f"{source}: action {name!r} is not a JSON object: {body!r}")
     try:
-        return cls.from_json_dict(body)  # type: ignore[attr-defined]
+        action: Action = cls.from_json_dict(body)  # type: ignore[attr-defined]
+        return action
     except CorruptLogError as exc:
         raise CorruptLogError(f"{source}: {exc}") from None
     except (TypeError, ValueError, KeyError) as exc:

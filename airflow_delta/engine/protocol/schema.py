@@ -27,7 +27,7 @@ import operator
 import re
 import struct
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -118,7 +118,7 @@ def _decimal_type(precision: int, scale: int) -> pa.Decimal128Type | None:
 # --------------------------------------------------------------------------- Delta -> pyarrow
 
 
-def schema_from_json(schema_string: str | dict) -> pa.Schema:
+def schema_from_json(schema_string: str | dict[str, Any]) -> pa.Schema:
     """The pyarrow schema of a Delta `schemaString` (a JSON text or its parsed object)."""
     if isinstance(schema_string, str):
         schema_string = parse_json(schema_string, f"schemaString {_shown(schema_string)}")
@@ -127,7 +127,7 @@ def schema_from_json(schema_string: str | dict) -> pa.Schema:
     return pa.schema(_fields_from_json(schema_string))
 
 
-def arrow_type(delta_type: str | dict) -> pa.DataType:
+def arrow_type(delta_type: str | dict[str, Any]) -> pa.DataType:
     """The pyarrow type of a Delta type: a primitive type name or a struct/array/map object."""
     if isinstance(delta_type, str):
         if delta_type in _PRIMITIVES:
@@ -159,7 +159,7 @@ def arrow_type(delta_type: str | dict) -> pa.DataType:
     raise DeltaProtocolError(f"unsupported Delta data type {_shown(delta_type)}")
 
 
-def _member(obj: dict, key: str, kinds: type | tuple[type, ...]) -> Any:
+def _member(obj: dict[str, Any], key: str, kinds: type | tuple[type, ...]) -> Any:
     """`obj[key]`, which must be an instance of `kinds`."""
     value = obj.get(key)
     if not isinstance(value, kinds):
@@ -167,7 +167,7 @@ def _member(obj: dict, key: str, kinds: type | tuple[type, ...]) -> Any:
     return value
 
 
-def _fields_from_json(struct_json: dict) -> list[pa.Field]:
+def _fields_from_json(struct_json: dict[str, Any]) -> list[pa.Field]:
     fields = [_field_from_json(f) for f in _member(struct_json, "fields", list)]
     duplicate = _first_duplicate(f.name for f in fields)
     if duplicate is not None:
@@ -229,7 +229,7 @@ def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     return metadata
 
 
-def delta_type_name(t: pa.DataType) -> str | dict:
+def delta_type_name(t: pa.DataType) -> str | dict[str, Any]:
     """The Delta type of a pyarrow type: a primitive type name or a struct/array/map object.
 
     Wider pyarrow types map to the Delta type that holds them: large/view strings and binaries,
@@ -274,7 +274,7 @@ def delta_type_name(t: pa.DataType) -> str | dict:
     raise ValueError(f"Delta has no data type for pyarrow type {t}")
 
 
-def _struct_json(fields: pa.Schema | pa.StructType) -> dict:
+def _struct_json(fields: pa.Schema | pa.StructType) -> dict[str, Any]:
     duplicate = _first_duplicate(f.name for f in fields)
     if duplicate is not None:
         raise ValueError(f"Delta needs column names unique regardless of case: {duplicate!r}")
@@ -382,7 +382,8 @@ def _parse_floating(value: str, t: pa.DataType) -> float:
 def _to_float32(number: float) -> float:
     """`number` rounded to the nearest float32, overflowing to infinity as a cast does."""
     try:
-        return struct.unpack("<f", struct.pack("<f", number))[0]
+        rounded: float = struct.unpack("<f", struct.pack("<f", number))[0]
+        return rounded
     except OverflowError:
         return math.copysign(math.inf, number)
 
@@ -436,7 +437,8 @@ def serialize_partition_value(value: object, delta_type: str) -> str | None:
         return None
     if not isinstance(value, _ACCEPTED[kind]) or (kind != "boolean" and isinstance(value, bool)):
         raise TypeError(f"cannot write {value!r} as a partition value of type {delta_type}")
-    return _SERIALIZERS[kind](value, target)
+    serialized: str = _SERIALIZERS[kind](value, target)
+    return serialized
 
 
 def _serialize_integer(value: Any, t: pa.DataType) -> str:
@@ -482,7 +484,7 @@ _ACCEPTED: dict[str, type | tuple[type, ...]] = {
     "void": (),
 }
 
-_SERIALIZERS = {
+_SERIALIZERS: dict[str, Callable[[Any, pa.DataType], str]] = {
     "string": lambda value, _t: value,
     "binary": _serialize_binary,
     "integer": _serialize_integer,
@@ -630,7 +632,9 @@ def column_mapping_problems(schema: Mapping[str, Any], max_column_id: int) -> li
     return problems
 
 
-def assign_column_mapping(schema: Mapping[str, Any], max_column_id: int) -> tuple[dict, int]:
+def assign_column_mapping(
+    schema: Mapping[str, Any], max_column_id: int
+) -> tuple[dict[str, Any], int]:
     """`schema` (a schemaString object) with a column mapping id and physical name on every
     struct field that has none yet (nested ones too, inside arrays and maps), ids counting up
     from `max_column_id`; the new schema and the new maximum id (`delta.columnMapping.maxColumnId`).

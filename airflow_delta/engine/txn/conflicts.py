@@ -207,7 +207,8 @@ def _common_keys(files: pa.StructArray, removed: pa.StructArray) -> str | None:
     hit = pc.is_in(file_keys(files), value_set=file_keys(removed))
     if not pc.any(hit).as_py():
         return None
-    return files.filter(hit).field("path")[0].as_py()
+    path: str = files.filter(hit).field("path")[0].as_py()
+    return path
 
 
 def _partition_text(values: list[tuple[str, str | None]] | None) -> str:

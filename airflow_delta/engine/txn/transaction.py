@@ -257,11 +257,11 @@ class OptimisticTransaction:
     @property
     def metadata(self) -> Metadata:
         """The new metadata of this transaction, else the snapshot's."""
-        return self.new_metadata or self.snapshot.metadata  # type: ignore[return-value]
+        return self.new_metadata or self.snapshot.metadata
 
     @property
     def protocol(self) -> Protocol:
-        return self.new_protocol or self.snapshot.protocol  # type: ignore[return-value]
+        return self.new_protocol or self.snapshot.protocol
 
     @property
     def table(self) -> str:
