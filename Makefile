@@ -16,6 +16,7 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check airflow_delta tests bench examples dags_examples
+	$(PY) -m mypy
 
 test: lint
 	$(PY) -m pytest -n 2 -q
