@@ -19,6 +19,11 @@ recreated}`, puts the same dict in the `extra` of the asset events of its outlet
 version. A version below the baseline means the table was recreated: a change with
 `allow_recreation=True` (`recreated: True`), else `DeltaTableRecreatedError`. A recreated table
 that has already passed the baseline looks like an ordinary new version.
+
+A poke that fails with a transient storage error (a dropped connection, a timeout, throttling,
+an HTTP 5xx) counts as a poke that found nothing: the next poke retries (the trigger retries
+with exponential backoff), until the sensor's timeout. Any other error of a poke or of the
+trigger fails the task at once with a message naming the table and the fix.
 """
 
 from __future__ import annotations
@@ -34,11 +39,17 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.log.history import version_at_timestamp
+from airflow_delta.engine.log.storage_errors import is_transient_storage_error
 from airflow_delta.hooks.delta import DeltaHook
 from airflow_delta.triggers.version import (
     DeltaTableRecreatedError,
     DeltaTableVersionTrigger,
     current_version,
+    event_failure_message,
+    failure_message,
+    how_to_fix,
+    log_transient_error,
     log_waiting,
     poll_table_version,
     version_event,
@@ -105,6 +116,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         self.allow_recreation = allow_recreation
         self.delta_conn_id = delta_conn_id
         self.deferrable = deferrable
+        self._transient_errors = 0  # pokes in a row that failed with a transient storage error
         _check_versions(  # templated values are checked once rendered, in execute()
             self.task_id,
             None if _is_template(target_version) else target_version,
@@ -154,24 +166,42 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> PokeReturnValue:
-        """One check of the table against the baseline; done with the version as XCom value."""
-        check = poll_table_version(
-            self.delta_log, self._baseline, self._target, self.allow_recreation
-        )
-        if not check.done:
+        """One check of the table against the baseline; done with the version as XCom value.
+
+        A transient storage error is a poke that found nothing (logged with the table and the
+        count of such pokes in a row): the next poke retries. Any other error fails the task
+        with a message naming the table and the fix.
+        """
+        try:
+            check = poll_table_version(
+                self.delta_log, self._baseline, self._target, self.allow_recreation
+            )
+            found = version_event(self.delta_log, check) if check.done else None
+        except DeltaTableRecreatedError:
+            raise
+        except Exception as exc:
+            if not is_transient_storage_error(exc):
+                fix = how_to_fix(exc, self.delta_conn_id)
+                raise AirflowException(
+                    failure_message(self.table_uri, type(exc).__name__, str(exc), fix)
+                ) from exc
+            self._transient_errors += 1
+            log_transient_error(
+                self.log, self.table_uri, self._transient_errors, exc, "at the next poke"
+            )
+            return PokeReturnValue(False)
+        self._transient_errors = 0
+        if found is None:
             log_waiting(self.log, check)
             return PokeReturnValue(False)
-        return PokeReturnValue(True, self._finish(context, version_event(self.delta_log, check)))
+        return PokeReturnValue(True, self._finish(context, found))
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> int:
         """Resume after the trigger: finish with its version, or raise its error."""
         if event.get("status") != "success":
-            message = f"{event.get('error_type')}: {event.get('message')}"
             if event.get("error_type") == DeltaTableRecreatedError.__name__:
                 raise DeltaTableRecreatedError(event.get("message"))
-            raise AirflowException(
-                f"Waiting for a new version of Delta table '{self.table_uri}' failed: {message}"
-            )
+            raise AirflowException(event_failure_message(self.table_uri, event))
         return self._finish(context, event["event"])
 
     def _finish(self, context: Context, found: Mapping[str, Any]) -> int:
@@ -252,7 +282,7 @@ def version_at(delta_log: DeltaLog, when: datetime) -> int:
     7
     """
     try:
-        return delta_log.version_at_timestamp(when)
+        return version_at_timestamp(delta_log.location, when)
     except (TableNotFoundError, VersionNotFoundError):
         return -1
 

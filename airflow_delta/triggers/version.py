@@ -1,16 +1,19 @@
 """DeltaTableVersionTrigger, and the version poll it shares with DeltaTableVersionSensor.
 
-A poll answers "does the table have a version after the baseline?" at a cost that does not grow
-with the table's history: it probes commit file names from the baseline on (`N.json` exists?)
-instead of listing `_delta_log`, because only S3 can list from a name; local and most fsspec
-filesystems read the whole directory. Only when the baseline's own commit is gone (log cleanup,
-a deleted or recreated table) does it list, from the baseline first, then the whole log.
+A poll asks the engine for the table's latest version (`log_segment.latest_version_since`, whose
+cost does not grow with the table's history) and compares it with the baseline; it reads no log
+file and touches no filesystem itself.
+
+A poll that fails with a transient storage error (`storage_errors.is_transient_storage_error`:
+a dropped connection, a timeout, throttling, an HTTP 5xx) is retried, the trigger's retries
+spaced by `retry_delay` (doubling, bounded), until the sensor's timeout ends the wait. Any other
+error ends the wait at once, with a message (`failure_message`) naming the table and the fix.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +21,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_delta.engine.delta_log import DeltaLog
-from airflow_delta.engine.log.checkpoints import read_last_checkpoint
-from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.errors import DeltaError
+from airflow_delta.engine.log import log_segment
+from airflow_delta.engine.log.storage_errors import is_access_error, is_transient_storage_error
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
@@ -27,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Seconds between two polls of the trigger (the sensor passes its `poke_interval`).
 DEFAULT_POLL_INTERVAL = 60.0
+#: Longest wait (seconds) between two retries after transient errors, unless polls are rarer.
+MAX_RETRY_DELAY = 300.0
 
 
 class DeltaTableRecreatedError(AirflowFailException):
@@ -74,49 +80,16 @@ class VersionCheck:
         )
 
 
-def _commit_exists(delta_log: DeltaLog) -> Callable[[int], bool]:
-    store = delta_log.store
-    # Some fsspec filesystems (gcsfs, adlfs) answer exists() from a cached directory listing.
-    store.fs.invalidate_cache(delta_log.log_path)
-    return lambda v: store.exists(store.join(delta_log.log_path, filenames.delta_file(v)))
-
-
-def _last_contiguous(exists: Callable[[int], bool], first: int) -> int:
-    """The last of the contiguous versions from `first` (which exists): gallop, then bisect."""
-    low, step = first, 1
-    while exists(low + step):
-        low += step
-        step *= 2
-    high = low + step  # missing
-    while high - low > 1:
-        mid = (low + high) // 2
-        if exists(mid):
-            low = mid
-        else:
-            high = mid
-    return low
-
-
 def latest_version_since(delta_log: DeltaLog, baseline: int) -> int:
-    """The table's latest version, looking only after `baseline` while its commit exists.
+    """The table's latest version (-1: no table), looking only after `baseline` while it can.
 
-    Commits are contiguous, so probing `baseline + 1`, `+ 2`, `+ 4`, ... (then bisecting) finds
-    the latest in O(log new versions) existence checks and never reads older log files. When the
-    baseline commit is gone, lists from the baseline, then (nothing there) the whole log.
-    -1 means no table.
+    The engine's `log_segment.latest_version_since`: commit names are probed from the
+    baseline on, and the log is listed only when the baseline's own commit is gone.
 
     >>> latest_version_since(DeltaLog.for_table("/data/events"), 9)  # doctest: +SKIP
     12
     """
-    exists = _commit_exists(delta_log)
-    if exists(baseline + 1):
-        return _last_contiguous(exists, baseline + 1)
-    if baseline >= 0 and exists(baseline):
-        return baseline
-    latest = delta_log.latest_version(start=max(baseline, 0))
-    if latest < baseline and baseline > 0:
-        latest = delta_log.latest_version(start=0)
-    return latest
+    return log_segment.latest_version_since(delta_log.location, baseline)
 
 
 def current_version(delta_log: DeltaLog) -> int:
@@ -125,8 +98,7 @@ def current_version(delta_log: DeltaLog) -> int:
     >>> current_version(DeltaLog.for_table("/data/events"))  # doctest: +SKIP
     12
     """
-    hint = read_last_checkpoint(delta_log.store, delta_log.log_path)
-    return latest_version_since(delta_log, hint["version"] if hint else -1)
+    return log_segment.current_version(delta_log.location)
 
 
 def poll_table_version(
@@ -167,7 +139,7 @@ def version_event(delta_log: DeltaLog, check: VersionCheck) -> dict[str, Any]:
     {'table': '/data/t', 'version': 12, 'baseline': 9, 'timestamp': 1718000000000,
      'operation': 'WRITE', 'recreated': False}
     """
-    info = delta_log.commit_info(check.version)
+    info = log_segment.read_commit_info(delta_log.location, check.version)
     return {
         "table": check.table,
         "version": check.version,
@@ -204,12 +176,103 @@ def log_waiting(log: Logger, check: VersionCheck) -> None:
         )
 
 
+def retry_delay(poll_interval: float, attempt: int) -> float:
+    """Seconds before retry `attempt` (1, 2, ...) of a poll that failed with a transient error.
+
+    Doubles from min(`poll_interval`, 1 s) and stops growing at max(`poll_interval`,
+    MAX_RETRY_DELAY): a short outage costs little waiting, a long one few requests.
+
+    >>> [retry_delay(60.0, attempt) for attempt in (1, 2, 3, 20)]
+    [1.0, 2.0, 4.0, 300.0]
+    """
+    first = max(min(poll_interval, 1.0), 0.01)
+    return min(first * 2.0 ** min(attempt - 1, 64), max(poll_interval, MAX_RETRY_DELAY))
+
+
+def log_transient_error(
+    log: Logger, table: str, attempt: int, exc: BaseException, retry: str
+) -> None:
+    """Log a poll that failed with a transient error: the table, the attempt, when it retries.
+
+    >>> log_transient_error(self.log, "/data/t", 2, TimeoutError("x"), "in 2 s")  # doctest: +SKIP
+    Transient storage error polling Delta table '/data/t' (attempt 2): TimeoutError: x;
+    retrying in 2 s
+    """
+    log.warning(
+        "Transient storage error polling Delta table '%s' (attempt %s): %s: %s; retrying %s",
+        table,
+        attempt,
+        type(exc).__name__,
+        exc,
+        retry,
+    )
+
+
+def how_to_fix(exc: BaseException, delta_conn_id: str | None) -> str:
+    """What to do about a poll's permanent error ("" when its own message says it already).
+
+    >>> how_to_fix(PermissionError(13, "Permission denied"), "delta_s3")[:50]
+    "Check the credentials of the connection 'delta_s3'"
+    """
+    if isinstance(exc, DeltaError | DeltaTableRecreatedError):
+        return ""  # the engine's errors and the recreation name the table and the fix
+    source = f"the connection '{delta_conn_id}'" if delta_conn_id else "the environment"
+    if is_access_error(exc):
+        return (
+            f"Check the credentials of {source}: they must be allowed to list and read the "
+            "table's _delta_log."
+        )
+    return (
+        f"Check table_uri and the storage options of {source} (and that the filesystem's fsspec "
+        "package is installed), then clear the task."
+    )
+
+
+def failure_message(table: str, error_type: str, message: str, fix: str = "") -> str:
+    """The error of a task whose wait for a new version failed.
+
+    >>> failure_message("/data/t", "TimeoutError", "read", "Retry.")
+    "Waiting for a new version of Delta table '/data/t' failed: TimeoutError: read. Retry."
+    """
+    text = f"Waiting for a new version of Delta table '{table}' failed: {error_type}: {message}"
+    if not fix:
+        return text
+    return f"{text} {fix}" if text.endswith(".") else f"{text}. {fix}"
+
+
+def error_event(exc: BaseException, delta_conn_id: str | None) -> dict[str, Any]:
+    """The payload of the trigger's error event for `exc` (`failure_message` reads it back).
+
+    >>> error_event(PermissionError("denied"), None)["error_type"]
+    'PermissionError'
+    """
+    return {
+        "status": "error",
+        "error_type": type(exc).__name__,
+        "message": str(exc),
+        "fix": how_to_fix(exc, delta_conn_id),
+    }
+
+
+def event_failure_message(table: str, event: Mapping[str, Any]) -> str:
+    """`failure_message` of an error event.
+
+    >>> event_failure_message("/t", {"error_type": "CorruptLogError", "message": "bad"})
+    "Waiting for a new version of Delta table '/t' failed: CorruptLogError: bad"
+    """
+    return failure_message(
+        table, str(event.get("error_type")), str(event.get("message")), event.get("fix") or ""
+    )
+
+
 class DeltaTableVersionTrigger(BaseTrigger):
     """Fires once the Delta table has a version after `baseline_version` (deferrable sensor).
 
     Each poll runs `poll_table_version` in a thread (the storage calls block); the one event is
     `{"status": "success", "event": <version_event dict>}`, or `{"status": "error",
-    "error_type": ..., "message": ...}` when a poll fails (a recreation that is not allowed too).
+    "error_type": ..., "message": ..., "fix": ...}` when a poll fails with an error that is not
+    a transient storage error (a recreation that is not allowed too). Transient errors are
+    retried, with exponential backoff, until the sensor's timeout.
 
     :param table_uri: the table (local path, file://, s3://, ...).
     :param baseline_version: the version to compare with (-1: the table did not exist).
@@ -258,11 +321,18 @@ class DeltaTableVersionTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Poll every `poll_interval` seconds; yield one event when done or failed."""
-        try:
-            hook = DeltaHook(self.delta_conn_id)
-            delta_log = await asyncio.to_thread(hook.get_delta_log, self.table_uri)
-            while True:
+        """Poll every `poll_interval` seconds; yield one event when done or failed.
+
+        A transient storage error is retried after `retry_delay` (logged with the table and the
+        attempt); the wait then goes on until the sensor's timeout cancels the trigger.
+        """
+        delta_log: DeltaLog | None = None
+        attempt = 0  # consecutive polls failed with a transient error
+        while True:
+            try:
+                if delta_log is None:
+                    hook = DeltaHook(self.delta_conn_id)
+                    delta_log = await asyncio.to_thread(hook.get_delta_log, self.table_uri)
                 check = await asyncio.to_thread(
                     poll_table_version,
                     delta_log,
@@ -270,13 +340,27 @@ class DeltaTableVersionTrigger(BaseTrigger):
                     self.target_version,
                     self.allow_recreation,
                 )
-                if check.done:
-                    event = await asyncio.to_thread(version_event, delta_log, check)
-                    yield TriggerEvent({"status": "success", "event": event})
+                found = (
+                    await asyncio.to_thread(version_event, delta_log, check) if check.done else None
+                )
+            except Exception as exc:
+                if not is_transient_storage_error(exc):
+                    yield TriggerEvent(error_event(exc, self.delta_conn_id))
                     return
-                log_waiting(self.log, check)
-                await asyncio.sleep(self.poll_interval)
-        except Exception as exc:
-            yield TriggerEvent(
-                {"status": "error", "error_type": type(exc).__name__, "message": str(exc)}
-            )
+                attempt += 1
+                delay = retry_delay(self.poll_interval, attempt)
+                log_transient_error(self.log, self.table_uri, attempt, exc, f"in {delay:g} s")
+                await asyncio.sleep(delay)
+                continue
+            if found is not None:
+                yield TriggerEvent({"status": "success", "event": found})
+                return
+            if attempt:
+                self.log.info(
+                    "Polling Delta table '%s' works again after %s failed attempt(s)",
+                    self.table_uri,
+                    attempt,
+                )
+                attempt = 0
+            log_waiting(self.log, check)
+            await asyncio.sleep(self.poll_interval)

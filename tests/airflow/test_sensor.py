@@ -13,8 +13,11 @@ Every wait is on a condition, with a generous deadline (the suite runs on loaded
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +31,7 @@ from airflow.sdk.module_loading import import_string
 import airflow_delta.sensors.version as sensor_module
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.log import log_segment
 from airflow_delta.sensors.version import (
     BASELINE_STATE_KEY,
     XCOM_KEY,
@@ -35,11 +39,13 @@ from airflow_delta.sensors.version import (
     version_at,
 )
 from airflow_delta.triggers.version import (
+    MAX_RETRY_DELAY,
     DeltaTableRecreatedError,
     DeltaTableVersionTrigger,
     current_version,
     latest_version_since,
     poll_table_version,
+    retry_delay,
     version_event,
 )
 from tests.airflow.conftest import TABLES_ROOT, load_dag
@@ -155,6 +161,65 @@ def sensor_misses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(sensor_module, "poll_table_version", recording_poll)
     return misses
+
+
+class Flaky:
+    """Stands in for the engine's `log_segment.latest_version_since`, the one storage call of a
+    poll: failure injection, since a real transient storage error cannot be summoned on demand
+    (and a local `_delta_log` cannot be made unreadable: the tests run as root).
+
+    Call number n (from 1) raises `error` when `fails(n)`, else runs the real function. The
+    monotonic time of every call is recorded.
+    """
+
+    def __init__(self, error: BaseException, fails: Callable[[int], bool]) -> None:
+        self.error, self.fails = error, fails
+        self.times: list[float] = []
+        self.real = log_segment.latest_version_since
+
+    def __call__(self, location: Any, known_version: int) -> int:
+        self.times.append(time.monotonic())
+        if self.fails(len(self.times)):
+            raise self.error
+        return self.real(location, known_version)
+
+    @property
+    def calls(self) -> int:
+        return len(self.times)
+
+
+@pytest.fixture
+def flaky(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[BaseException, Callable[[int], bool]], Flaky]:
+    """`flaky(error, fails)` puts a Flaky in place of the engine's latest_version_since."""
+
+    def install(error: BaseException, fails: Callable[[int], bool]) -> Flaky:
+        stand_in = Flaky(error, fails)
+        monkeypatch.setattr(log_segment, "latest_version_since", stand_in)
+        return stand_in
+
+    return install
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unreachable_s3_connection(monkeypatch: pytest.MonkeyPatch, name: str, **extra: Any) -> None:
+    """The `delta` connection `name`: S3 at a closed local port, botocore retrying nothing."""
+    options = {
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{closed_port()}",
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 5},
+        **extra,
+    }
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{name.upper()}", json.dumps({"conn_type": "delta", "extra": options})
+    )
 
 
 def asset_extras(dag_run: Any) -> list[dict[str, Any]]:
@@ -324,6 +389,51 @@ class TestSensorRuns:
         dag_run = run_dag("s_recreation", uri, baseline=2)
         assert_found(dag_run, uri, version=0, baseline=2, recreated=True)
 
+    def test_poke_mode_retries_a_transient_storage_error_at_the_next_poke(
+        self, flaky: Callable[..., Flaky], capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        uri, _ = fresh_table("transient_poke", versions=2)
+        engine = flaky(ConnectionResetError(errno.ECONNRESET, "reset by peer"), lambda n: n <= 2)
+        dag_run = run_dag("s_poke", uri, baseline=0)
+        assert_found(dag_run, uri, version=1, baseline=0)
+        assert engine.calls == 3 and ti_of(dag_run).try_number == 1
+        out = capfd.readouterr().out
+        for attempt in (1, 2):
+            assert (
+                f"Transient storage error polling Delta table '{uri}' (attempt {attempt}): "
+                "ConnectionResetError" in out
+            )
+
+    def test_poke_mode_fails_at_once_on_a_permanent_storage_error(
+        self, flaky: Callable[..., Flaky], capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        uri, _ = fresh_table("permanent_poke")
+        engine = flaky(PermissionError(errno.EACCES, "Permission denied"), lambda n: True)
+        dag_run = run_dag("s_poke", uri, baseline=0)
+        ti = ti_of(dag_run)
+        assert ti.state == "failed"
+        assert (engine.calls, ti.try_number) == (2, 2)  # each try fails at its first poke
+        out = capfd.readouterr().out
+        assert (
+            f"Waiting for a new version of Delta table '{uri}' failed: PermissionError: "
+            "[Errno 13] Permission denied. Check the credentials of the environment" in out
+        )
+        assert XCOM_KEY not in xcoms(dag_run, "wait")
+
+    def test_deferred_sensor_fails_at_once_on_a_permanent_storage_error(
+        self, flaky: Callable[..., Flaky], capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        uri, _ = fresh_table("permanent_deferred")
+        # the first poke (in execute) works and finds nothing new; then the storage refuses
+        engine = flaky(PermissionError(errno.EACCES, "Permission denied"), lambda n: n > 1)
+        dag_run = run_dag("s_deferrable", uri, baseline=0)
+        assert ti_of(dag_run).state == "failed"
+        assert engine.calls <= 4  # two tries: a poke and a trigger poll, or a failing poke
+        assert (
+            f"Waiting for a new version of Delta table '{uri}' failed: PermissionError: "
+            "[Errno 13] Permission denied. Check the credentials" in capfd.readouterr().out
+        )
+
 
 # -- the sensor's arguments ----------------------------------------------------------------------
 
@@ -374,6 +484,20 @@ def test_execute_complete_raises_the_trigger_errors() -> None:
             {"status": "error", "error_type": "CorruptLogError", "message": "bad commit"},
         )
     assert "/tmp/t" in str(raised.value)
+    with pytest.raises(Exception) as raised:
+        sensor.execute_complete(
+            {},  # type: ignore[arg-type]
+            {
+                "status": "error",
+                "error_type": "NoCredentialsError",
+                "message": "Unable to locate credentials",
+                "fix": "Check the credentials of the connection 'delta_s3'.",
+            },
+        )
+    assert str(raised.value) == (
+        "Waiting for a new version of Delta table '/tmp/t' failed: NoCredentialsError: Unable to "
+        "locate credentials. Check the credentials of the connection 'delta_s3'."
+    )
 
 
 # -- the trigger ---------------------------------------------------------------------------------
@@ -486,6 +610,146 @@ def test_trigger_reads_the_storage_options_of_its_connection(
     assert found["status"] == "success" and found["event"]["version"] == 1
     missing = first_event(DeltaTableVersionTrigger(str(tmp_path / "t"), 0, delta_conn_id="nope"))
     assert missing["status"] == "error" and "nope" in missing["message"]
+
+
+def test_retry_delay_doubles_and_is_bounded() -> None:
+    assert [retry_delay(60.0, a) for a in range(1, 11)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]
+    assert [retry_delay(0.05, a) for a in (1, 2, 3)] == [0.05, 0.1, 0.2]
+    assert retry_delay(60.0, 10_000) == MAX_RETRY_DELAY
+    assert retry_delay(3600.0, 10_000) == 3600.0  # never capped below the poll interval
+    assert retry_delay(0.0, 1) > 0  # no busy loop
+
+
+def run_until(
+    trigger: DeltaTableVersionTrigger, condition: Callable[[], bool], timeout: float = GENEROUS
+) -> None:
+    """Run the trigger until `condition` holds (checked between its awaits), then cancel it.
+
+    Fails if the trigger yields an event first, or if the condition does not hold in time.
+    """
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert not waiting.done(), waiting.result().payload
+            assert time.monotonic() < deadline, "the condition never held"
+            await asyncio.sleep(0.01)
+        assert not waiting.done(), waiting.result().payload
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+
+
+def test_trigger_retries_a_transient_error_then_fires(
+    tmp_path: Path, flaky: Callable[..., Flaky], capfd: pytest.CaptureFixture[str]
+) -> None:
+    uri = str(tmp_path / "t")
+    append(new_table(Path(uri)))
+    engine = flaky(TimeoutError("The read operation timed out"), lambda n: n <= 2)
+    payload = first_event(DeltaTableVersionTrigger(uri, 0, poll_interval=0.02))
+    assert payload["status"] == "success" and payload["event"]["version"] == 1
+    assert engine.calls == 3
+    out = capfd.readouterr().out
+    for attempt in (1, 2):
+        assert (
+            f"Transient storage error polling Delta table '{uri}' (attempt {attempt}): "
+            "TimeoutError: The read operation timed out; retrying in" in out
+        )
+
+
+def test_trigger_keeps_retrying_transient_errors_with_growing_delays(
+    tmp_path: Path, flaky: Callable[..., Flaky], capfd: pytest.CaptureFixture[str]
+) -> None:
+    uri = str(tmp_path / "t")
+    new_table(Path(uri))
+    engine = flaky(OSError(errno.EBUSY, "SlowDown"), lambda n: True)
+    run_until(DeltaTableVersionTrigger(uri, 0, poll_interval=0.02), lambda: engine.calls >= 6)
+    gaps = [b - a for a, b in zip(engine.times, engine.times[1:], strict=False)]
+    for attempt, gap in enumerate(gaps[:5], start=1):  # at least the backoff (load adds more)
+        assert gap >= retry_delay(0.02, attempt) * 0.95, (attempt, gaps)
+    out = capfd.readouterr().out
+    assert f"Delta table '{uri}' (attempt 5): OSError: [Errno 16] SlowDown" in out
+
+
+def test_trigger_after_transient_errors_polls_at_its_interval_again(
+    tmp_path: Path, flaky: Callable[..., Flaky], capfd: pytest.CaptureFixture[str]
+) -> None:
+    uri = str(tmp_path / "t")
+    new_table(Path(uri))
+    engine = flaky(ConnectionResetError(errno.ECONNRESET, "reset"), lambda n: n == 1)
+    run_until(DeltaTableVersionTrigger(uri, 0, poll_interval=0.02), lambda: engine.calls >= 3)
+    out = capfd.readouterr().out
+    assert f"Polling Delta table '{uri}' works again after 1 failed attempt(s)" in out
+    assert f"Delta table '{uri}' is at version 0 (baseline: 0); waiting for" in out
+
+
+def test_trigger_ends_at_once_on_a_permanent_error(
+    tmp_path: Path, flaky: Callable[..., Flaky], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = str(tmp_path / "t")
+    new_table(Path(uri))
+    monkeypatch.setenv("AIRFLOW_CONN_DELTA_LOCAL", json.dumps({"conn_type": "delta", "extra": {}}))
+    engine = flaky(PermissionError(errno.EACCES, "Permission denied"), lambda n: True)
+    payload = first_event(DeltaTableVersionTrigger(uri, 0, delta_conn_id="delta_local"))
+    assert engine.calls == 1
+    assert payload == {
+        "status": "error",
+        "error_type": "PermissionError",
+        "message": "[Errno 13] Permission denied",
+        "fix": "Check the credentials of the connection 'delta_local': they must be allowed to "
+        "list and read the table's _delta_log.",
+    }
+    sensor = DeltaTableVersionSensor(task_id="wait", table_uri=uri)
+    with pytest.raises(Exception, match="Check the credentials of the connection 'delta_local'"):
+        sensor.execute_complete({}, payload)  # type: ignore[arg-type]
+
+
+def test_trigger_ends_at_once_on_real_permanent_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad_uri = first_event(DeltaTableVersionTrigger("nosuchproto://bucket/t", 0))
+    assert (bad_uri["status"], bad_uri["error_type"]) == ("error", "ValueError")
+    assert "nosuchproto" in bad_uri["message"] and "Check table_uri" in bad_uri["fix"]
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    unreachable_s3_connection(monkeypatch, "delta_nocreds")
+    no_credentials = first_event(
+        DeltaTableVersionTrigger("s3://bucket/t", 0, delta_conn_id="delta_nocreds")
+    )
+    assert no_credentials["error_type"] == "NoCredentialsError"
+    assert no_credentials["fix"].startswith(
+        "Check the credentials of the connection 'delta_nocreds'"
+    )
+
+
+def test_trigger_retries_a_real_unreachable_endpoint(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The engine function is only watched here (calls counted, then run): the errors are real."""
+    unreachable_s3_connection(
+        monkeypatch,
+        "delta_down",
+        AWS_ACCESS_KEY_ID="test-access-key-id",
+        AWS_SECRET_ACCESS_KEY="test-secret-access-key",
+    )
+    engine = Flaky(RuntimeError("never raised"), lambda n: False)
+    monkeypatch.setattr(log_segment, "latest_version_since", engine)
+    trigger = DeltaTableVersionTrigger(
+        "s3://bucket/t", 3, delta_conn_id="delta_down", poll_interval=0.01
+    )
+    run_until(trigger, lambda: engine.calls >= 3)
+    out = capfd.readouterr().out
+    assert (
+        "Transient storage error polling Delta table 's3://bucket/t' (attempt 2): "
+        "EndpointConnectionError: Could not connect to the endpoint URL" in out
+    )
 
 
 @pytest.mark.s3

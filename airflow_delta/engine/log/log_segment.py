@@ -185,3 +185,78 @@ def read_commit_info(location: TableLocation, version: int) -> CommitInfo | None
     """
     path = location.log_file(filenames.delta_file(version))
     return parse_log_batch(location.store.read(path), path).commit_info
+
+
+def latest_version_since(location: TableLocation, known_version: int) -> int:
+    """The table's newest commit version, found from a version the caller already knows.
+
+    -1 means no table. The cost does not grow with the table's history: while commit
+    `known_version + 1` exists, the newest is found by probing commit names (`known + 1`,
+    `+ 2`, `+ 4`, ..., then bisecting; commits are contiguous), O(log new versions) probes that
+    read no log file older than `known_version`, and no listing (local and most fsspec
+    filesystems list a whole directory; only S3 lists from a name). When neither
+    `known_version + 1` nor `known_version` exists (log cleanup, a deleted or recreated table,
+    a `known_version` of -1 on a log cleaned up to a checkpoint), the log is listed from
+    `known_version`, then from the `_last_checkpoint` hint below it, then whole. A result
+    below `known_version` means the table was deleted and created again.
+
+    >>> latest_version_since(TableLocation.of("/data/events"), 9)  # doctest: +SKIP
+    12
+    """
+    if _commit_exists(location, known_version + 1):
+        return _last_contiguous(location, known_version + 1)
+    if known_version >= 0 and _commit_exists(location, known_version):
+        return known_version
+    latest = latest_version(location, max(known_version, 0))
+    if latest >= known_version or known_version <= 0:
+        return latest
+    hint = read_last_checkpoint(location.store, location.log_path)
+    if hint is not None and hint["version"] < known_version:
+        latest = latest_version(location, hint["version"])
+        if latest >= hint["version"]:
+            return latest
+    return latest_version(location, 0)
+
+
+def current_version(location: TableLocation) -> int:
+    """The table's newest commit version (-1: no table), probed from its `_last_checkpoint`.
+
+    >>> current_version(TableLocation.of("/data/events"))  # doctest: +SKIP
+    12
+    """
+    hint = read_last_checkpoint(location.store, location.log_path)
+    return latest_version_since(location, hint["version"] if hint else -1)
+
+
+def _commit_exists(location: TableLocation, version: int) -> bool:
+    """Whether commit `version` exists, asked of the storage itself.
+
+    A read of at most one byte (`max_size=0`: any byte at all is "too big"), not
+    `LogStore.exists`: some fsspec filesystems (adlfs) answer `exists` from a cached directory
+    listing, which would hide the commits made since the last listing.
+    """
+    if version < 0:
+        return False
+    try:
+        location.store.read(location.log_file(filenames.delta_file(version)), max_size=0)
+    except FileNotFoundError:
+        return False
+    except CorruptLogError:  # not empty (or not a regular file): a file by that name exists
+        return True
+    return True
+
+
+def _last_contiguous(location: TableLocation, first: int) -> int:
+    """The last of the contiguous commits from `first` (which exists): gallop, then bisect."""
+    low, step = first, 1
+    while _commit_exists(location, low + step):
+        low += step
+        step *= 2
+    high = low + step  # missing
+    while high - low > 1:
+        mid = (low + high) // 2
+        if _commit_exists(location, mid):
+            low = mid
+        else:
+            high = mid
+    return low
