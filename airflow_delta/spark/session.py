@@ -164,6 +164,29 @@ def spark_target_from_connection(
     host = (host or "").strip() or None
     is_connect = conn_type == "spark_connect" or (host or "").lower().startswith("sc://")
 
+    extra_conf, url_params = _split_extras(extra, is_connect)
+
+    if is_connect:
+        credentials = {}
+        if login:
+            credentials["user_id"] = login
+        if password:
+            credentials["token"] = password
+        target = SparkTarget(remote=_connect_url(host, port, {**credentials, **url_params}))
+    else:
+        target = SparkTarget(master=_master_url(host, port))
+
+    target = _explicit_target(task_conf, extra_conf) or target
+    conf = {**extra_conf, **task_conf}
+    conf.pop("spark.remote", None)
+    conf.pop("spark.master", None)
+    return SparkTarget(master=target.master, remote=target.remote, conf=conf)
+
+
+def _split_extras(
+    extra: Mapping[str, Any], is_connect: bool
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A connection's extras as (Spark conf, Spark Connect URL parameters)."""
     extra_conf: dict[str, str] = {}
     url_params: dict[str, str] = {}
     for key, value in extra.items():
@@ -181,19 +204,13 @@ def spark_target_from_connection(
                 )
         else:
             extra_conf[key] = _conf_value(value)
+    return extra_conf, url_params
 
-    if is_connect:
-        credentials = {}
-        if login:
-            credentials["user_id"] = login
-        if password:
-            credentials["token"] = password
-        target = SparkTarget(remote=_connect_url(host, port, {**credentials, **url_params}))
-    else:
-        target = SparkTarget(master=_master_url(host, port))
 
-    # Explicit spark.remote / spark.master keys: the task's config_kwargs first, then extras.
-    for level in (task_conf, extra_conf):
+def _explicit_target(*levels: Mapping[str, str]) -> SparkTarget | None:
+    """The target a `spark.remote` or `spark.master` key names, from the first level that
+    has one (the task's config_kwargs, then the connection's extras)."""
+    for level in levels:
         has_remote, has_master = "spark.remote" in level, "spark.master" in level
         if has_remote and has_master:
             raise ValueError(
@@ -201,15 +218,10 @@ def spark_target_from_connection(
                 f"(spark.remote={level['spark.remote']!r}, spark.master={level['spark.master']!r})"
             )
         if has_remote:
-            target = SparkTarget(remote=level["spark.remote"])
-            break
+            return SparkTarget(remote=level["spark.remote"])
         if has_master:
-            target = SparkTarget(master=level["spark.master"])
-            break
-    conf = {**extra_conf, **task_conf}
-    conf.pop("spark.remote", None)
-    conf.pop("spark.master", None)
-    return SparkTarget(master=target.master, remote=target.remote, conf=conf)
+            return SparkTarget(master=level["spark.master"])
+    return None
 
 
 def spark_session_from_connection(

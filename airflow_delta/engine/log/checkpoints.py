@@ -349,7 +349,7 @@ def checkpoint_pieces(
     domains: Sequence[DomainMetadata],
     file_actions: Iterable[FileActions],
 ) -> Iterator[pa.Table]:
-    """The rows of a checkpoint in the seed's order: protocol, metadata, txns, domains, files.
+    """The rows of a checkpoint in Delta's order: protocol, metadata, txns, domains, files.
 
     One table per piece of `file_actions` (AddFiles, tombstones); the first also holds the other
     actions. Files are written with dataChange=false, as InMemoryLogReplay keeps them.

@@ -229,21 +229,8 @@ def current_version(location: TableLocation) -> int:
 
 
 def _commit_exists(location: TableLocation, version: int) -> bool:
-    """Whether commit `version` exists, asked of the storage itself.
-
-    A read of at most one byte (`max_size=0`: any byte at all is "too big"), not
-    `LogStore.exists`: some fsspec filesystems (adlfs) answer `exists` from a cached directory
-    listing, which would hide the commits made since the last listing.
-    """
-    if version < 0:
-        return False
-    try:
-        location.store.read(location.log_file(filenames.delta_file(version)), max_size=0)
-    except FileNotFoundError:
-        return False
-    except CorruptLogError:  # not empty (or not a regular file): a file by that name exists
-        return True
-    return True
+    """Whether commit `version` exists (`LogStore.exists` asks the storage, not a cache)."""
+    return version >= 0 and location.store.exists(location.log_file(filenames.delta_file(version)))
 
 
 def _last_contiguous(location: TableLocation, first: int) -> int:

@@ -319,7 +319,9 @@ class FsspecLogStore(LogStore):
         self.fs.pipe_file(path, data)
 
     def exists(self, path: str) -> bool:
-        """Whether `path` exists."""
+        """Whether `path` exists, asked of the storage itself: some filesystems (adlfs, s3fs)
+        answer from a cached directory listing, which would hide files written since."""
+        self.fs.invalidate_cache(path)
         return bool(self.fs.exists(path))
 
     def delete(self, path: str) -> None:

@@ -1,6 +1,6 @@
 """InMemoryLogReplay: the state of a table from a checkpoint and the commits after it.
 
-Follows the seed `InMemoryLogReplay`: versions are appended in order into registries for the
+Follows Delta's `InMemoryLogReplay`: versions are appended in order into registries for the
 protocol, the metadata, transactions by appId, domain metadata by domain, active files and
 tombstones. The file registries are resolved vectorised with pyarrow: a logical file's key is its
 canonical path plus its deletion-vector id, and the newest action of each key wins. Files from a
@@ -233,7 +233,7 @@ def _without_keys(files: pa.StructArray, keys: pa.Array) -> pa.StructArray:
 
 
 class InMemoryLogReplay:
-    """Replays versions in order into the registries of a table's state (seed InMemoryLogReplay)."""
+    """Replays versions in order into the registries of a table's state (InMemoryLogReplay)."""
 
     def __init__(self, min_file_retention_timestamp: int) -> None:
         self.min_file_retention_timestamp = min_file_retention_timestamp

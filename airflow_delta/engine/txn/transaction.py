@@ -1,6 +1,6 @@
 """OptimisticTransaction: read a snapshot, record what was read, commit actions atomically.
 
-Follows the seed OptimisticTransactionImpl: `prepare_commit`, isolation level, blind-append
+Follows Delta's OptimisticTransactionImpl: `prepare_commit`, isolation level, blind-append
 detection, `do_commit_retry_iteratively` (write `N.json` put-if-absent; on FileExistsError
 `check_for_conflicts` against the winners and try the next version), `post_commit`
 (checkpoint every `delta.checkpointInterval` versions) and `run_post_commit_hooks`.
@@ -312,7 +312,7 @@ class OptimisticTransaction:
         return bool(wanted) and all(self.txn_version(t.app_id) >= t.version for t in wanted)
 
     def _state_error(self, message: str) -> TransactionStateError:
-        """A misuse of this transaction (the seed's message, plus the table and read version)."""
+        """A misuse of this transaction (Delta's message, plus the table and read version)."""
         return TransactionStateError(
             f"{message} (table {self.table}, read version {self.read_version}; start a new "
             "transaction for another commit)"

@@ -34,7 +34,8 @@ def table_at(path: Path, latest: int) -> DeltaLog:
 
 
 class Spy:
-    """Records the `list_from` and `read` calls of a location's log store, passing them on."""
+    """Records the `list_from`, `read` and `exists` calls of a location's log store, passing
+    them on (`read` records reads and existence probes alike)."""
 
     def __init__(self, location: TableLocation, monkeypatch: pytest.MonkeyPatch) -> None:
         self.listed: list[str] = []  # start names
@@ -42,6 +43,7 @@ class Spy:
         store = location.store
         monkeypatch.setattr(store, "list_from", self._wrap(store.list_from, self.listed, 1))
         monkeypatch.setattr(store, "read", self._wrap(store.read, self.read, 0))
+        monkeypatch.setattr(store, "exists", self._wrap(store.exists, self.read, 0))
 
     @staticmethod
     def _wrap(call: Callable[..., Any], record: list[str], arg: int) -> Callable[..., Any]:
