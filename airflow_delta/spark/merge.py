@@ -1,11 +1,12 @@
 """MERGE INTO a Delta table from a Spark DataFrame, as Delta's MergeIntoCommand runs it.
 
-    metrics = (
+    result = (
         merge_delta("/data/events", updates, "t.id = s.id AND t.day = s.day")
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
     )
+    print(result.version, result.metrics["numTargetRowsUpdated"])  # a CommitResult
 
 `execute()` runs in one transaction of the engine:
 
@@ -19,7 +20,8 @@
 3. writeAllChanges: the rows of the touched files, updated, deleted or copied per clause, and
    the inserted source rows are written by `write_files`; the touched files are removed and
    every other file stays;
-4. commit as operation MERGE with Delta's parameters and metrics.
+4. commit as operation MERGE with Delta's parameters and metrics; `execute()` returns the
+   commit's `CommitResult` (the version, with the metrics in `result.metrics`).
 
 Conditions and assignments are Spark SQL over the aliases (`s` and `t` by default). The source
 is evaluated several times (pruning values, the two joins, the row count): it must be
@@ -93,7 +95,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     Each `when_*` method appends a clause and returns the builder; within each kind
     (MATCHED, NOT MATCHED, NOT MATCHED BY SOURCE) the first clause whose condition holds
     applies, and only the last clause of a kind may omit its condition. `execute()` commits
-    and returns the metrics.
+    and returns the commit's `CommitResult` (Delta's MERGE metrics in `result.metrics`).
 
     Example: `merge_delta(uri, df, "t.id = s.id").when_matched_delete("s.gone").execute()`.
     """

@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_delta.engine import DeltaLog, Operation, OptimisticTransaction
+from airflow_delta.engine import CommitResult, DeltaLog, Operation, OptimisticTransaction
 from airflow_delta.engine.errors import ConcurrentAppendException, CorruptLogError
 from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.spark.merge import (
@@ -83,8 +83,8 @@ def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
 
 
 def counts(metrics: dict[str, int]) -> dict[str, int]:
-    """The row and file counts of the metrics (bytes and version left out)."""
-    return {k: v for k, v in metrics.items() if k != "version" and "Bytes" not in k}
+    """The row and file counts of the metrics (bytes left out)."""
+    return {k: v for k, v in metrics.items() if "Bytes" not in k}
 
 
 class InterleavedMerge(DeltaMergeBuilder):
@@ -97,7 +97,7 @@ class InterleavedMerge(DeltaMergeBuilder):
 
     def _commit(
         self, txn: OptimisticTransaction, actions: list[Action], metrics: dict[str, int]
-    ) -> int:
+    ) -> CommitResult:
         self.txn = txn
         self.before_commit()
         return super()._commit(txn, actions, metrics)
@@ -109,12 +109,13 @@ class InterleavedMerge(DeltaMergeBuilder):
 def test_upsert(spark: SparkSession, tmp_path: Path) -> None:
     uri = make_table(spark, tmp_path, BASE)
     updates = source(spark, [(2, "A2", "a"), (6, "a6", "a"), (7, "d7", "d")])
-    metrics = (
+    result = (
         merge_delta(uri, updates, ON)
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
     )
+    metrics = result.metrics
     assert table_rows(spark, uri) == [
         (1, "a1", "a"),
         (2, "A2", "a"),
@@ -124,7 +125,7 @@ def test_upsert(spark: SparkSession, tmp_path: Path) -> None:
         (6, "a6", "a"),
         (7, "d7", "d"),
     ]
-    assert metrics["version"] == 2
+    assert result.version == 2 and "version" not in metrics
     assert metrics["numTargetRowsUpdated"] == 1
     assert metrics["numTargetRowsInserted"] == 2
     assert metrics["numTargetRowsCopied"] == 1  # row 1, in the file of row 2
@@ -134,7 +135,9 @@ def test_upsert(spark: SparkSession, tmp_path: Path) -> None:
 def test_matched_delete_with_condition(spark: SparkSession, tmp_path: Path) -> None:
     uri = make_table(spark, tmp_path, BASE)
     deletes = source(spark, [(1, "keep", "a"), (3, "drop", "b"), (4, "drop", "b")])
-    metrics = merge_delta(uri, deletes, ON).when_matched_delete("s.value = 'drop'").execute()
+    metrics = (
+        merge_delta(uri, deletes, ON).when_matched_delete("s.value = 'drop'").execute().metrics
+    )
     assert table_rows(spark, uri) == [(1, "a1", "a"), (2, "a2", "a"), (5, "c5", "c")]
     assert metrics["numTargetRowsDeleted"] == 2
     assert metrics["numTargetRowsCopied"] == 0
@@ -147,9 +150,10 @@ def test_insert_only_rewrites_no_file(spark: SparkSession, tmp_path: Path) -> No
     uri = make_table(spark, tmp_path, BASE)
     before = files_by_part(uri)
     new = source(spark, [(1, "dup", "a"), (8, "a8", "a"), (9, "e9", "e")])
-    metrics = merge_delta(uri, new, ON).when_not_matched_insert_all().execute()
+    result = merge_delta(uri, new, ON).when_not_matched_insert_all().execute()
+    metrics = result.metrics
     assert table_rows(spark, uri) == sorted([*BASE, (8, "a8", "a"), (9, "e9", "e")])
-    actions = commit_actions(uri, metrics["version"])
+    actions = commit_actions(uri, result.version)
     assert not [a for a in actions if "remove" in a]
     assert len([a for a in actions if "add" in a]) == metrics["numTargetFilesAdded"] == 2
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
@@ -170,6 +174,7 @@ def test_not_matched_by_source_update_and_delete(spark: SparkSession, tmp_path: 
         .when_not_matched_by_source_delete("t.part = 'c'")
         .when_not_matched_by_source_update({"t.value": "concat(t.value, '-stale')"})
         .execute()
+        .metrics
     )
     assert table_rows(spark, uri) == [
         (1, "A1", "a"),
@@ -193,12 +198,12 @@ def test_multiple_source_rows_matching_one_target_row(spark: SparkSession, tmp_p
 
     # No clause modifies row 2: it is copied once although its file is rewritten for row 1.
     one = source(spark, [(2, "x", "a"), (2, "y", "a"), (1, "A1", "a")])
-    metrics = merge_delta(uri, one, ON).when_matched_update_all("s.id = 1").execute()
+    metrics = merge_delta(uri, one, ON).when_matched_update_all("s.id = 1").execute().metrics
     assert table_rows(spark, uri) == [(1, "A1", "a"), *BASE[1:]]
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsCopied"]) == (1, 1)
 
     # As in Delta, a single unconditional DELETE may match a row several times.
-    metrics = merge_delta(uri, twice, ON).when_matched_delete().execute()
+    metrics = merge_delta(uri, twice, ON).when_matched_delete().execute().metrics
     assert table_rows(spark, uri) == [(1, "A1", "a"), (4, "b4", "b"), (5, "c5", "c")]
     assert metrics["numTargetRowsDeleted"] == 2
 
@@ -249,7 +254,7 @@ def test_clause_order_and_conditions(spark: SparkSession, tmp_path: Path) -> Non
 def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
     uri = make_table(spark, tmp_path, BASE)
     changes = source(spark, [(1, "A1", "a"), (3, "gone", "b"), (8, "a8", "a"), (9, "skip", "z")])
-    metrics = (
+    result = (
         merge_delta(uri, changes, "t.id = s.id")
         .when_matched_delete("s.value = 'gone'")
         .when_matched_update_all()
@@ -257,6 +262,7 @@ def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
         .when_not_matched_by_source_update({"value": "upper(t.value)"}, "t.id = 5")
         .execute()
     )
+    metrics = result.metrics
     assert counts(metrics) == {
         "numSourceRows": 4,
         "numTargetRowsInserted": 1,
@@ -278,7 +284,7 @@ def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
         (5, "C5", "c"),
         (8, "a8", "a"),
     ]
-    actions = commit_actions(uri, metrics["version"])
+    actions = commit_actions(uri, result.version)
     adds = [a["add"] for a in actions if "add" in a]
     removes = [a["remove"] for a in actions if "remove" in a]
     assert metrics["numTargetFilesAdded"] == len(adds) >= 3  # partitions a, b and c
@@ -286,7 +292,7 @@ def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
     assert metrics["numTargetBytesRemoved"] == sum(r["size"] for r in removes)
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
     assert info["operation"] == "MERGE"
-    assert info["operationMetrics"] == {k: str(v) for k, v in metrics.items() if k != "version"}
+    assert info["operationMetrics"] == {k: str(v) for k, v in metrics.items()}
     parameters = info["operationParameters"]
     assert parameters["predicate"] == "t.id = s.id"
     assert json.loads(parameters["matchedPredicates"]) == [
@@ -307,7 +313,7 @@ def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
 def test_only_touched_files_are_rewritten(spark: SparkSession, tmp_path: Path) -> None:
     uri = make_table(spark, tmp_path, BASE)
     before = files_by_part(uri)
-    metrics = (
+    result = (
         merge_delta(uri, source(spark, [(3, "B3", "b")]), "t.id = s.id")
         .when_matched_update_all()
         .execute()
@@ -315,9 +321,7 @@ def test_only_touched_files_are_rewritten(spark: SparkSession, tmp_path: Path) -
     after = files_by_part(uri)
     assert after["a"] == before["a"] and after["c"] == before["c"]
     assert not after["b"] & before["b"]
-    removed = {
-        a["remove"]["path"] for a in commit_actions(uri, metrics["version"]) if "remove" in a
-    }
+    removed = {a["remove"]["path"] for a in commit_actions(uri, result.version) if "remove" in a}
     assert removed == before["b"]
     names = {path.rsplit("/", 1)[-1] for path in set().union(*after.values())}
     assert {uri.rsplit("/", 1)[-1] for uri in DeltaTable(uri).file_uris()} == names
@@ -434,7 +438,7 @@ def test_concurrent_append(
         assert DeltaLog.for_table(uri).update().version == 2  # only the concurrent append
         assert table_rows(spark, uri) == sorted([*BASE, (50, "concurrent", part)])
         return
-    assert merge.execute()["version"] == 3
+    assert merge.execute().version == 3
     expected = [(1, "A1", "a"), *BASE[1:], (9, "a9", "a"), (50, "concurrent", part)]
     assert table_rows(spark, uri) == sorted(expected)
 
@@ -456,7 +460,7 @@ def test_unpartitioned_table(spark: SparkSession, tmp_path: Path, with_by_source
     )
     if with_by_source:
         builder = builder.when_not_matched_by_source_delete("t.id = 5")
-    metrics = builder.execute()
+    metrics = builder.execute().metrics
     expected = [(1, "a1", "a"), (2, "A2", "a"), (3, "b3", "b"), (4, "b4", "b"), (9, "z9", "z")]
     if not with_by_source:
         expected.insert(4, (5, "c5", "c"))

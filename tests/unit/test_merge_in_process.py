@@ -43,8 +43,9 @@ def table(tmp_path: Path) -> str:
 def test_upsert_prunes_partitions(table: str) -> None:
     updates = pa.table({"id": [2, 5], "day": [DAY1, DAY1], "region": ["asia", "eu"]}, SCHEMA)
     builder = merge_arrow(table, updates, "t.id = s.id AND t.day = s.day")
-    metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute()
-    assert metrics["version"] == 2
+    result = builder.when_matched_update_all().when_not_matched_insert_all().execute()
+    metrics = result.metrics
+    assert result.version == 2 and "version" not in metrics
     assert rows_of(table) == sorted(
         [(1, DAY1, "eu"), (2, DAY1, "asia"), (3, DAY2, ""), (4, DAY2, None), (5, DAY1, "eu")],
         key=repr,
@@ -67,6 +68,7 @@ def test_record_batch_reader_source(table: str) -> None:
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
+        .metrics
     )
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, 1)
     assert (1, DAY1, "x") in rows_of(table) and (9, DAY2, "y") in rows_of(table)
@@ -76,9 +78,11 @@ def test_delete_and_idempotent_retry(table: str) -> None:
     gone = pa.table({"id": [1, 3]})
     marker = CommitProperties(app_transactions=[SetTransaction("nightly", 7)])
     first = merge_arrow(table, gone, "t.id = s.id", commit_properties=marker)
-    assert first.when_matched_delete().execute()["numTargetRowsDeleted"] == 2
+    assert first.when_matched_delete().execute().metrics["numTargetRowsDeleted"] == 2
     retry = merge_arrow(table, gone, "t.id = s.id", commit_properties=marker)
-    assert retry.when_matched_delete().execute() == {"version": None}
+    skipped = retry.when_matched_delete().execute()
+    assert (skipped.version, skipped.skipped, skipped.metrics) == (None, True, {})
+    assert (skipped.operation, skipped.table) == ("MERGE", table)
     assert [r[0] for r in rows_of(table)] == [2, 4]
 
 

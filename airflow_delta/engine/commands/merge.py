@@ -45,6 +45,7 @@ from airflow_delta.engine.protocol.actions import Action, Operation, add_files_f
 from airflow_delta.engine.protocol.schema import delta_type_name
 from airflow_delta.engine.txn.transaction import (
     CommitProperties,
+    CommitResult,
     OptimisticTransaction,
     start_transaction,
 )
@@ -97,7 +98,7 @@ class MergeBuilder:
     Each `when_*` method appends a clause and returns the builder; within each kind
     (MATCHED, NOT MATCHED, NOT MATCHED BY SOURCE) the first clause whose condition holds
     applies, and only the last clause of a kind may omit its condition. `execute()` commits
-    and returns the metrics.
+    and returns the commit's `CommitResult` (Delta's MERGE metrics in `result.metrics`).
     """
 
     def __init__(
@@ -192,21 +193,23 @@ class MergeBuilder:
 
     # -- execution --------------------------------------------------------------------------
 
-    def execute(self) -> dict[str, int | None]:
-        """Run the MERGE in one transaction; the metrics (ints) and the committed `version`.
+    def execute(self) -> CommitResult:
+        """Run the MERGE in one transaction; the commit's CommitResult: as an int, the
+        committed version (`result.version`), with the metrics in `result.metrics`.
 
         When the commit properties carry app transactions the table already holds (an
-        idempotent MERGE that landed before), nothing is done and the result is
-        `{"version": None}`. The transaction stays in `self.transaction` (attempts, conflicts
-        checked, post-commit hook results).
+        idempotent MERGE that landed before), nothing is done and the result is skipped
+        (`result.version` None, `result.skipped` True, no metrics). The transaction stays in
+        `self.transaction` (attempts, conflicts checked, post-commit hook results).
 
-        Metrics, with Delta's names: numSourceRows; numTargetRowsInserted; numTargetRowsUpdated
-        and numTargetRowsDeleted (target rows, each once, split into the ...Matched... and
-        ...NotMatchedBySource... counts); numTargetRowsCopied (the unchanged rows of the
-        rewritten files); numOutputRows (rows written: inserted + updated + copied);
-        numTargetFilesAdded/Removed and numTargetBytesAdded/Removed.
+        Metrics (ints), with Delta's names: numSourceRows; numTargetRowsInserted;
+        numTargetRowsUpdated and numTargetRowsDeleted (target rows, each once, split into the
+        ...Matched... and ...NotMatchedBySource... counts); numTargetRowsCopied (the unchanged
+        rows of the rewritten files); numOutputRows (rows written: inserted + updated +
+        copied); numTargetFilesAdded/Removed and numTargetBytesAdded/Removed.
 
-        Example: `merge_delta(uri, df, "t.id = s.id").when_matched_update_all().execute()`.
+        Example: `result = merge_delta(uri, df, "t.id = s.id").when_matched_update_all()
+        .execute()`, then `result.version` and `result.metrics["numTargetRowsUpdated"]`.
         """
         if not self.clauses:
             raise ValueError(
@@ -218,14 +221,14 @@ class MergeBuilder:
         )
         self.transaction = txn
         if txn.already_committed():
-            return {"version": None}
+            return txn.result(None, self._operation())
         if txn.read_version < 0:
             raise TableNotFoundError(
                 f"MERGE into {self.target_uri}: no Delta table there. Create it first "
                 "(write_delta or DeltaLog.create_table)."
             )
         actions, metrics = self._write(txn)
-        return {**metrics, "version": self._commit(txn, actions, metrics)}
+        return self._commit(txn, actions, metrics)
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         """Write the changed rows; the add and remove actions and the metrics."""
@@ -233,12 +236,16 @@ class MergeBuilder:
 
     def _commit(
         self, txn: OptimisticTransaction, actions: list[Action], metrics: dict[str, int]
-    ) -> int:
-        """Commit the written files as operation MERGE; the committed version."""
+    ) -> CommitResult:
+        """Commit the written files as operation MERGE; the commit's result."""
+        return txn.commit(actions, self._operation(metrics))
+
+    def _operation(self, metrics: dict[str, int] | None = None) -> Operation:
+        """Operation MERGE with Delta's parameters (the condition and the clauses)."""
         parameters: dict[str, Any] = {"predicate": self.condition}
         for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
             parameters[f"{kind}Predicates"] = [c.describe() for c in self.clauses if c.kind == kind]
-        return txn.commit(actions, Operation("MERGE", parameters, metrics))
+        return Operation("MERGE", parameters, metrics)
 
     def _metrics(
         self,
