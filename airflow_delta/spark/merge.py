@@ -174,8 +174,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if outputs:
             output = outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
             adds = write_files(txn, output)
-        rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
-        return self._metrics(per_clause, touched, rows, adds, self.source_df.count())
+        num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
+        return self._metrics(per_clause, touched, num_rows, adds, self.source_df.count())
 
     # -- the joins --------------------------------------------------------------------------
 
@@ -435,8 +435,9 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
     if type(df).__module__.startswith("pyspark.sql.connect"):
         return None
     spark = df.sparkSession
-    limit = int(spark.conf.get(IN_PROCESS_SOURCE_BYTES, str(DEFAULT_IN_PROCESS_SOURCE_BYTES)))
-    if limit <= 0 or not spark.sparkContext.master.startswith("local"):
+    default = str(DEFAULT_IN_PROCESS_SOURCE_BYTES)
+    limit = int(spark.conf.get(IN_PROCESS_SOURCE_BYTES, default) or default)
+    if limit <= 0 or not (spark.sparkContext.master or "").startswith("local"):
         return None
     names = {c.lower() for c in df.columns}
     if len(names) != len(df.columns):

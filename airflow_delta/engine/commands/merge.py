@@ -28,12 +28,12 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_delta.engine.errors import (
+    InvalidPredicateError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     TableNotFoundError,
     UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.predicates import (
-    InvalidPredicateError,
     PartitionPredicate,
     Token,
     quote_identifier,
@@ -371,7 +371,7 @@ class MergeBuilder:
         return result
 
     def _partition_predicate(
-        self, conjunct: str, partitions: dict[str, str], fields: dict[str, dict]
+        self, conjunct: str, partitions: dict[str, str], fields: dict[str, dict[str, Any]]
     ) -> str | None:
         """`conjunct` as a partition predicate of the target, or None when it is not one.
 
@@ -400,7 +400,7 @@ class MergeBuilder:
         return None
 
     def _target_partition(
-        self, operand: str, partitions: dict[str, str], fields: dict[str, dict]
+        self, operand: str, partitions: dict[str, str], fields: dict[str, dict[str, Any]]
     ) -> str | None:
         """The partition column `operand` names as `<target alias>.<column>`, when prunable."""
         ref = self._reference(operand)
@@ -448,7 +448,7 @@ class MergeBuilder:
 
     def _source_column(self, source: pa.Table, name: str) -> str:
         """The column of the Arrow `source` that `<source alias>.<name>` names."""
-        found = [c for c in source.column_names if c.lower() == name.lower()]
+        found: list[str] = [c for c in source.column_names if c.lower() == name.lower()]
         if len(found) != 1:
             problem = "is ambiguous in" if found else "is not a column of"
             raise ValueError(
@@ -469,14 +469,12 @@ class MergeBuilder:
             if partition is not None and not self._reads_source(conjunct):
                 continue
             equalities = [t for t in tokenize(conjunct, lenient=True) if _is_equality(t)]
-            refs = [None]
+            refs: list[tuple[str, str]] = []
             if len(equalities) == 1:
                 op = equalities[0]
-                refs = [self._reference(conjunct[: op.start]), self._reference(conjunct[op.end :])]
-            if None in refs or {r[0] for r in refs if r} != {
-                target_alias,
-                self.source_alias.lower(),
-            }:
+                sides = (conjunct[: op.start], conjunct[op.end :])
+                refs = [ref for ref in map(self._reference, sides) if ref is not None]
+            if len(refs) != 2 or {r[0] for r in refs} != {target_alias, self.source_alias.lower()}:
                 raise UnsupportedMergeError(
                     f"MERGE into {self.target_uri}: the in-process MERGE needs a condition of "
                     f"equalities between target and source columns, not {conjunct!r}"
@@ -512,7 +510,7 @@ class MergeBuilder:
         if clause.condition is None:
             return None
         sides = {MATCHED: "ts", NOT_MATCHED: "s", NOT_MATCHED_BY_SOURCE: "t"}[clause.kind]
-        types: dict[str, str | dict] = {}
+        types: dict[str, str | dict[str, Any]] = {}
         by_lower = {n.lower(): n for n in table.names}
 
         def qualify(match: re.Match[str]) -> str:
@@ -576,7 +574,7 @@ def _joinable(target: pa.DataType, source: pa.DataType) -> bool:
         or pa.types.is_timestamp(target)
         or pa.types.is_decimal(target)
     )
-    return comparable and target == source
+    return bool(comparable and target == source)
 
 
 def _assignments(mapping: Mapping[str, str]) -> dict[str, str]:

@@ -148,10 +148,11 @@ class ArrowMergeBuilder(MergeBuilder):
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         source = arrow_table(self.source_df)
+        assert source is not None  # merge_arrow and merge_delta take Arrow data only
         found = [c for c in source.column_names if c.lower() == name]
         if len(found) != 1 or source.schema.field(found[0]).type != arrow_type(delta_type):
             return None
-        return pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist()
+        return list(pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist())
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         # view and large types (deltalake, polars) as the regular types the table holds
@@ -161,7 +162,9 @@ class ArrowMergeBuilder(MergeBuilder):
         self._check_assignments(table.names)
         conjuncts = self._partition_conjuncts(txn)
         keys = self._keys(conjuncts, table, source)
-        clauses = {kind: [] for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE)}
+        clauses: dict[str, list[_Clause]] = {
+            k: [] for k in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE)
+        }
         for clause in self.clauses:
             clauses[clause.kind].append(
                 _Clause(
@@ -303,8 +306,8 @@ class ArrowMergeBuilder(MergeBuilder):
             taken[found.srows] = True
             new = source.filter(pa.array(~taken))
             action = _first_clause(inserting, None, new, new.num_rows)
-            for i, clause in enumerate(inserting):
-                rows = new.filter(pa.array(action == i))
+            for n, clause in enumerate(inserting):
+                rows = new.filter(pa.array(action == n))
                 assert clause.assign is not None
                 for offset in range(0, rows.num_rows, ROWS_PER_WRITE_SLICE):
                     piece = rows.slice(offset, ROWS_PER_WRITE_SLICE)
@@ -406,21 +409,24 @@ class ArrowMergeBuilder(MergeBuilder):
                             f"{given} values in column {field.name} ({field.type})"
                         )
                 else:
-                    name = {n.lower(): n for n in table.names}.get(ref[1].lower())
-                    if name is None:
+                    known = {n.lower(): n for n in table.names}.get(ref[1].lower())
+                    if known is None:
                         raise ValueError(f"MERGE into {self.target_uri}: unknown column {sql}")
+                    name = known
                 plan.append((side, name))
             else:
                 plan.append(("value", _literal(sql, field.type, self.target_uri)))
 
         def assign(target: pa.Table | None, src: pa.Table | None) -> pa.Table:
-            rows = (target if target is not None else src).num_rows
+            either = target if target is not None else src
+            assert either is not None
+            rows = either.num_rows
             columns = []
             for field, (kind, value) in zip(table, plan, strict=True):
-                if kind == "s":
-                    column = src.column(value)
-                elif kind == "t":
-                    column = target.column(value)
+                if kind in ("s", "t"):
+                    side = src if kind == "s" else target
+                    assert side is not None  # the plan reads only the sides its clause has
+                    column = side.column(value)
                 elif kind == "value" and value is not None:
                     column = _repeat(value, rows)
                 else:
@@ -482,9 +488,7 @@ class _FileReader:
         paths = pc.struct_field(files, "path").to_pylist()
         values = pc.struct_field(files, "partitionValues").to_pylist()
         with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
-            tables = list(
-                pool.map(lambda f: self.read_file(*f, columns), zip(paths, values, strict=True))
-            )
+            tables = list(pool.map(lambda p, v: self.read_file(p, v, columns), paths, values))
         self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
         if not tables:
             return self.table.empty_table().select(list(columns))
@@ -530,13 +534,13 @@ def _file_mask(
     """Per file: whether its partition satisfies every predicate (its rows can match)."""
     if not predicates or not len(files):
         return np.ones(len(files), dtype=bool)
-    schema = json.loads(txn.metadata.schema_string)
+    schema = json.loads(txn.metadata.schema_string or '{"fields": []}')
     fields = {f["name"].lower(): f for f in schema["fields"]}
     columns = {c: fields[c.lower()] for c in txn.metadata.partition_columns}
     predicate = PartitionPredicate.all_of(
         [PartitionPredicate.parse(p, columns) for p in predicates]
     )
-    return pc.fill_null(predicate.evaluate(files), False).to_numpy(zero_copy_only=False)
+    return np.asarray(pc.fill_null(predicate.evaluate(files), False).to_numpy(zero_copy_only=False))
 
 
 def _match(
@@ -567,7 +571,8 @@ def _write_tasks(
     metadata = txn.metadata
     plan = WritePlan.for_table(txn.location, metadata)
     writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
-    types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string)["fields"]}
+    fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
+    types = {f["name"]: f["type"] for f in fields}
     columns = list(metadata.partition_columns)
 
     def write(task: int) -> list[dict[str, Any]]:
@@ -609,7 +614,7 @@ def _write_tasks(
 
 
 def _nested(t: pa.DataType) -> bool:
-    return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t)
+    return bool(pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t))
 
 
 def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -630,8 +635,8 @@ def _castable(source: pa.DataType, target: pa.DataType) -> bool:
     if any(f(source) for f in numeric) and any(f(target) for f in numeric):
         return True
     if pa.types.is_timestamp(target):
-        return pa.types.is_timestamp(source) or pa.types.is_date(source)
-    return pa.types.is_null(source) or same_family(source, target)
+        return bool(pa.types.is_timestamp(source) or pa.types.is_date(source))
+    return bool(pa.types.is_null(source) or same_family(source, target))
 
 
 def _cast(
@@ -686,5 +691,5 @@ def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
 
 
 def _delta_type(txn: OptimisticTransaction, column: str) -> Any:
-    fields = json.loads(txn.metadata.schema_string)["fields"]
+    fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
     return next(f["type"] for f in fields if f["name"] == column)
