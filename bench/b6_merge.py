@@ -46,6 +46,10 @@ import os
 import shutil
 from pathlib import Path
 from time import perf_counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_delta.engine import CommitResult
 
 ID = "B6"
 TITLE = "MERGE upsert: 200k source rows (half match) into 2M rows, unpartitioned"
@@ -120,14 +124,16 @@ def _build(path: str) -> dict:
     return {"version": result.version, "metrics": result.metrics}
 
 
-def _merge_check(table: str, metrics: dict) -> dict:
-    """What `_check` compares after a merge of ours (the row count is added later)."""
+def _merge_check(table: str, result: CommitResult) -> dict:
+    """What `_check` compares after a merge of ours (a CommitResult; the row count is added
+    later)."""
+    metrics = result.metrics
     return {
         "updated": metrics["numTargetRowsUpdated"],
         "inserted": metrics["numTargetRowsInserted"],
         "files_removed": metrics["numTargetFilesRemoved"],
         "files_added": metrics["numTargetFilesAdded"],
-        "version": metrics["version"],
+        "version": result.version,
         "table": table,
     }
 

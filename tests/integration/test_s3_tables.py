@@ -101,7 +101,7 @@ def test_in_process_merge_on_s3(tmp_path, s3_bucket) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from airflow_delta.engine.commands.merge import merge_arrow
+    from airflow_delta.engine.commands.merge_in_process import merge_arrow
 
     bucket, options = s3_bucket
     local = tmp_path / "local"
@@ -109,13 +109,13 @@ def test_in_process_merge_on_s3(tmp_path, s3_bucket) -> None:
     write_deltalake(str(local), data, partition_by=["part"])
     uri = upload(local, bucket, options, "merged")
     updates = pa.table({"id": [3, 4], "part": ["c", "a"]})
-    metrics = (
+    result = (
         merge_arrow(uri, updates, "t.id = s.id", storage_options=options)
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
     )
-    assert (metrics["version"], metrics["numTargetFilesRemoved"]) == (1, 1)
+    assert (result.version, result.metrics["numTargetFilesRemoved"]) == (1, 1)
     store, root = get_log_store(uri, options)
     local_copy = tmp_path / "copy"
     for path in store.fs.find(root):

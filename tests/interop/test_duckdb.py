@@ -61,7 +61,7 @@ def test_vacuum_keeps_the_files_duckdb_wrote(tmp_path: Path) -> None:
 
 
 def test_a_root_path_of_duckdb_is_read_the_protocol_way_with_a_clear_error(tmp_path) -> None:
-    from airflow_delta.engine.commands.merge import merge_arrow
+    from airflow_delta.engine.commands.merge_in_process import merge_arrow
 
     table = tmp_path / "t"
     DeltaLog.create_table(str(table), SCHEMA)

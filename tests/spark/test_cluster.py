@@ -142,14 +142,14 @@ def _delta_roundtrip(spark: Any, uri: str) -> dict[str, Any]:
                 partition_by=["part"])  # fmt: skip
     first = sorted(tuple(r) for r in read_delta(spark, uri).select("id", "value", "part").collect())
     source = spark.createDataFrame(rows(range(5, 15), "new"), schema)
-    metrics = (
+    result = (
         merge_delta(uri, source, "t.id = s.id", source_alias="s", target_alias="t")
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
     )
     after = sorted(tuple(r) for r in read_delta(spark, uri).select("id", "value", "part").collect())
-    return {"first": first, "after": after, "metrics": metrics}
+    return {"first": first, "after": after, "merge": result.to_dict()}
 
 
 def _job(kind: str, port: int, url: str, table: str) -> dict[str, Any]:
@@ -254,8 +254,8 @@ def _assert_delta(run: dict[str, Any]) -> None:
     assert delta["first"] == expected_first
     expected = [[i, f"{'v' if i < 5 else 'new'}{i}", "odd" if i % 2 else "even"] for i in range(15)]
     assert delta["after"] == expected
-    metrics = delta["metrics"]
-    assert metrics["version"] == 1
+    assert delta["merge"]["version"] == 1
+    metrics = delta["merge"]["metrics"]
     assert metrics["numTargetRowsUpdated"] == 5
     assert metrics["numTargetRowsInserted"] == 5
     table = Path(run["table"])

@@ -85,6 +85,7 @@ def test_new_column_mapped_table(spark: SparkSession, tmp_path: Path, mode: str)
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
+        .metrics
     )
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, 1)
     evolved = spark.sql("SELECT 8L AS id, '0' AS `the part`, 'e' AS extra")
@@ -121,10 +122,9 @@ def test_append_and_merge_into_golden_column_mapped_tables(
     version = write_delta(some, path).version
     assert read_delta(spark, path).count() == n + 3
     key = before.columns[0]
-    metrics = (
-        merge_delta(path, some, f"t.`{key}` <=> s.`{key}`").when_matched_delete().execute()
-    )
-    assert metrics["version"] == version + 1 and metrics["numTargetRowsDeleted"] >= 6
+    result = merge_delta(path, some, f"t.`{key}` <=> s.`{key}`").when_matched_delete().execute()
+    metrics = result.metrics
+    assert result.version == version + 1 and metrics["numTargetRowsDeleted"] >= 6
     after = read_delta(spark, path)
     assert after.count() == n + 3 - metrics["numTargetRowsDeleted"]
     if "id-mode" not in name:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation
-from airflow_delta.engine.commands.merge import merge_arrow
+from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from airflow_delta.engine.errors import UnsupportedStorageError
 from airflow_delta.engine.protocol.paths import resolve_path, table_root
 from airflow_delta.spark.merge import merge_delta
@@ -85,7 +85,7 @@ def test_absolute_path_references_read_alike(spark: SparkSession, tmp_path: Path
             builder = merge_delta(copy, spark.createDataFrame(updates), "t.k = s.k")
         else:
             builder = merge_arrow(copy, updates, "t.k = s.k")
-        metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute()
+        metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute().metrics
         assert builder.executor == {"spark": "spark", "arrow": "in-process"}[name]
         results[name] = (
             rows(read_delta(spark, copy)),

@@ -36,7 +36,7 @@ from airflow_delta.engine.commands.data_reader import (
     plain_type,
     same_family,
 )
-from airflow_delta.engine.commands.merge import merge_arrow
+from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from airflow_delta.engine.errors import UnsupportedStorageError
 from airflow_delta.engine.protocol.paths import resolve_path, table_root
 
@@ -98,6 +98,7 @@ def test_merge_over_files_of_deltalake_merge_and_update(tmp_path: Path) -> None:
         .when_matched_update({"v": "s.v"})
         .when_not_matched_insert_all()
         .execute()
+        .metrics
     )
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (2, 1)
     assert rows_of(uri) == [
@@ -122,7 +123,7 @@ def test_merge_over_large_and_view_files_committed_by_the_engine(tmp_path: Path)
         assert len(odd_types(str(files[-1]))) == 2
     commit_adds(uri, [f.name for f in files], files)
     updates = pa.table({"k": ["b", "c"], "v": [10, 11], "b": [b"y", b"z"]}, SCHEMA)
-    metrics = merge_arrow(uri, updates, "t.k = s.k").when_matched_update_all().execute()
+    metrics = merge_arrow(uri, updates, "t.k = s.k").when_matched_update_all().execute().metrics
     assert metrics["numTargetRowsUpdated"] == 2
     assert metrics["numTargetRowsCopied"] == 2
     assert rows_of(uri) == sorted(
@@ -246,6 +247,7 @@ def test_absolute_path_references_and_file_uris(tmp_path: Path) -> None:
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
+        .metrics
     )
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (2, 1)
     assert rows_of(uri) == [
@@ -310,7 +312,7 @@ def test_odd_file_names_resolve_and_read_alike(names: list[str], minimal: bool) 
         commit_adds(uri, paths, files)
         source = pa.table({"k": paths, "v": range(1, len(paths) + 1)}, SCHEMA.remove(2))
         merge = merge_arrow(uri, source, "t.k = s.k").when_matched_update({"v": "s.v"})
-        metrics = merge.execute()
+        metrics = merge.execute().metrics
         assert metrics["numTargetRowsUpdated"] == metrics["numTargetFilesRemoved"] == len(files)
         assert rows_of(uri) == sorted(((p, i, b"") for i, p in enumerate(paths, 1)), key=repr)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -336,5 +338,5 @@ def test_absolute_path_reference_on_s3(s3_bucket: tuple[str, dict[str, str]]) ->
     assert [resolve_path(root, p).fs_path for p in paths] == keys
     updates = pa.table({"k": ["k0", "k1"], "v": [10, 11], "b": [b"x", b"y"]}, SCHEMA)
     merge = merge_arrow(uri, updates, "t.k = s.k", storage_options=options)
-    metrics = merge.when_matched_update_all().execute()
+    metrics = merge.when_matched_update_all().execute().metrics
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetFilesRemoved"]) == (2, 2)
