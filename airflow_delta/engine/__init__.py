@@ -20,12 +20,9 @@ from airflow_delta.engine.protocol.actions import (
     RemoveFile,
     SetTransaction,
 )
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.conflicts import IsolationLevel
-from airflow_delta.engine.txn.transaction import (
-    CommitProperties,
-    CommitResult,
-    OptimisticTransaction,
-)
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 __all__ = [
     "AddCDCFile",

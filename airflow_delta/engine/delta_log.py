@@ -29,11 +29,8 @@ from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import CommitInfo, Metadata, Operation
 from airflow_delta.engine.protocol.schema import schema_to_json
-from airflow_delta.engine.txn.transaction import (
-    CommitProperties,
-    OptimisticTransaction,
-    start_transaction,
-)
+from airflow_delta.engine.txn.commit_types import CommitProperties
+from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
 
 __all__ = ["DeltaLog", "Timestamp", "to_epoch_ms"]
 

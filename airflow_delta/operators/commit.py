@@ -36,12 +36,9 @@ from airflow_delta.assets import delta_table_asset, table_asset_uri
 from airflow_delta.engine.commands.merge import arrow_table
 from airflow_delta.engine.errors import DeltaConcurrentModificationException
 from airflow_delta.engine.protocol.actions import Operation, SetTransaction
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.post_commit import POST_COMMIT_HOOKS
-from airflow_delta.engine.txn.transaction import (
-    CommitProperties,
-    CommitResult,
-    OptimisticTransaction,
-)
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from airflow_delta.operators.commit import DeltaCommitOperator
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_delta.engine.txn.transaction import CommitResult, OptimisticTransaction
+    from airflow_delta.engine.txn.commit_types import CommitResult
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
     from airflow_delta.operators.commit import SparkOnDemand
     from airflow_delta.spark.merge import DeltaMergeBuilder
 
@@ -49,7 +50,7 @@ def validate_clauses(clauses: Sequence[Mapping[str, Any]]) -> None:
                 f"clause {i} {dict(clause)}: 'when'/'then' must be one of "
                 + ", ".join(f"{w}/{t}" for w, t in CLAUSES)
             )
-        _, assignments = CLAUSES[key]  # type: ignore[index]
+        _, assignments = CLAUSES[key]
         allowed = {"when", "then", "condition"} | ({assignments} if assignments else set())
         extra = set(clause) - allowed
         if extra:

@@ -10,7 +10,8 @@ from airflow_delta.operators.commit import DeltaCommitOperator, is_templated
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_delta.engine.txn.transaction import CommitResult, OptimisticTransaction
+    from airflow_delta.engine.txn.commit_types import CommitResult
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
     from airflow_delta.operators.commit import SparkOnDemand
     from airflow_delta.spark.write import WriteMode
 

@@ -52,11 +52,8 @@ from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (
     delta_field_metadata,
 )
-from airflow_delta.engine.txn.transaction import (
-    CommitProperties,
-    CommitResult,
-    OptimisticTransaction,
-)
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.read import physical_name, plain_type
 
 _VIOLATION_COLUMN = "__airflow_delta_violation__"

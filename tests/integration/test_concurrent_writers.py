@@ -25,7 +25,7 @@ import pytest
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.log.log_store import get_log_store
-from airflow_delta.engine.txn.transaction import DEFAULT_MAX_COMMIT_ATTEMPTS
+from airflow_delta.engine.txn.commit_types import DEFAULT_MAX_COMMIT_ATTEMPTS
 from tests.integration.writers_procs import (
     MIXED_SCHEMA,
     deltalake_appends,

@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_delta.engine import DeltaLog, SetTransaction
 from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from airflow_delta.engine.errors import CorruptLogError, UnsupportedMergeError
-from airflow_delta.engine.txn.transaction import CommitProperties
+from airflow_delta.engine.txn.commit_types import CommitProperties
 
 DAY1, DAY2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.date32()), ("region", pa.string())])

@@ -43,12 +43,8 @@ from airflow_delta.engine.expressions.predicates import (
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Operation, add_files_from_arrow
 from airflow_delta.engine.protocol.schema import delta_type_name
-from airflow_delta.engine.txn.transaction import (
-    CommitProperties,
-    CommitResult,
-    OptimisticTransaction,
-    start_transaction,
-)
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
 
 log = logging.getLogger(__name__)
 

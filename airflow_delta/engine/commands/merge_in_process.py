@@ -69,7 +69,8 @@ from airflow_delta.engine.protocol.schema import (
     delta_field_metadata,
     parse_partition_value,
 )
-from airflow_delta.engine.txn.transaction import CommitProperties, OptimisticTransaction
+from airflow_delta.engine.txn.commit_types import CommitProperties
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
 
