@@ -142,7 +142,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_files(args: argparse.Namespace) -> int:
     """Print one JSON line per active file of the table at a version (latest by default)."""
-    from airflow_delta.engine.protocol.actions import stats_num_records
+    from airflow_delta.engine.protocol.action_types import stats_num_records
 
     snapshot = _delta_log(args).snapshot_at(version=args.version)
     files = snapshot.files()

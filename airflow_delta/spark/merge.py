@@ -68,7 +68,8 @@ from airflow_delta.engine.errors import (
     UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.predicates import quote_identifier
-from airflow_delta.engine.protocol.actions import Action, stats_num_records
+from airflow_delta.engine.protocol.action_types import stats_num_records
+from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import NUMERIC_ORDER, write_files
 

@@ -16,7 +16,7 @@ from airflow_delta.engine.expressions.predicates import (
     split_conjuncts,
     tokenize,
 )
-from airflow_delta.engine.protocol.actions import ADD_TYPE
+from airflow_delta.engine.protocol.action_types import ADD_TYPE
 from airflow_delta.engine.protocol.columnar import array_from_pylist
 from tests.pandas_free import imports_pandas
 
@@ -497,7 +497,7 @@ def test_a_hundred_thousand_files() -> None:
 def test_evaluation_does_not_import_pandas() -> None:
     script = (
         "import sys\n"
-        "from airflow_delta.engine.protocol.actions import ADD_TYPE\n"
+        "from airflow_delta.engine.protocol.action_types import ADD_TYPE\n"
         "from airflow_delta.engine.protocol.columnar import array_from_pylist\n"
         "from airflow_delta.engine.expressions.predicates import parse_predicates\n"
         "columns = {'d': 'date', 't': 'timestamp', 'x': 'decimal(5,2)', 'f': 'double',\n"

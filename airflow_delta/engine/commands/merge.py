@@ -41,7 +41,8 @@ from airflow_delta.engine.expressions.predicates import (
     tokenize,
 )
 from airflow_delta.engine.log.table_location import TableLocation
-from airflow_delta.engine.protocol.actions import Action, Operation, add_files_from_arrow
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow
+from airflow_delta.engine.protocol.actions import Action, Operation
 from airflow_delta.engine.protocol.schema import delta_type_name
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction

@@ -26,7 +26,7 @@ from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log.log_store import FileStatus, LogStore
 from airflow_delta.engine.log.replay import FileActions, LogBatch, parse_log_batch
 from airflow_delta.engine.protocol import filenames
-from airflow_delta.engine.protocol.actions import (
+from airflow_delta.engine.protocol.action_types import (
     ADD_TYPE,
     CHECKPOINT_COLUMNS,
     DOMAIN_METADATA_TYPE,
@@ -35,6 +35,8 @@ from airflow_delta.engine.protocol.actions import (
     REMOVE_TYPE,
     SIDECAR_TYPE,
     TXN_TYPE,
+)
+from airflow_delta.engine.protocol.actions import (
     CheckpointMetadata,
     DomainMetadata,
     Metadata,

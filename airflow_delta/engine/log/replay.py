@@ -21,9 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.protocol.action_types import ADD_TYPE, REMOVE_TYPE
 from airflow_delta.engine.protocol.actions import (
-    ADD_TYPE,
-    REMOVE_TYPE,
     CheckpointMetadata,
     CommitInfo,
     DomainMetadata,

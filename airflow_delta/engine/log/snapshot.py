@@ -36,14 +36,13 @@ from airflow_delta.engine.log.replay import (
 )
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
 from airflow_delta.engine.protocol.actions import (
     AddFile,
     DomainMetadata,
     Metadata,
     Protocol,
     SetTransaction,
-    add_files_from_arrow,
-    stats_num_records,
 )
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_checkpoint_support, check_reader_support

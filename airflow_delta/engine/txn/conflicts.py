@@ -25,7 +25,8 @@ from airflow_delta.engine.errors import (
 )
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.log.replay import LogBatch, file_keys
-from airflow_delta.engine.protocol.actions import ADD_TYPE, REMOVE_TYPE, CommitInfo
+from airflow_delta.engine.protocol.action_types import ADD_TYPE, REMOVE_TYPE
+from airflow_delta.engine.protocol.actions import CommitInfo
 from airflow_delta.engine.protocol.features import check_reader_support, check_writer_support
 
 

@@ -36,9 +36,8 @@ from airflow_delta.engine.log.replay import parse_log_batch
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
+from airflow_delta.engine.protocol.action_types import ADD_TYPE, REMOVE_TYPE, add_files_from_arrow
 from airflow_delta.engine.protocol.actions import (
-    ADD_TYPE,
-    REMOVE_TYPE,
     Action,
     AddCDCFile,
     AddFile,
@@ -49,7 +48,6 @@ from airflow_delta.engine.protocol.actions import (
     Protocol,
     RemoveFile,
     SetTransaction,
-    add_files_from_arrow,
     serialize_actions,
 )
 from airflow_delta.engine.protocol.columnar import array_from_pylist
