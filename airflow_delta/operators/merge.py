@@ -133,13 +133,12 @@ class DeltaMergeOperator(DeltaCommitOperator):
         from airflow_delta.spark.merge import merge_delta
 
         builder = merge_delta(
-            self.table_uri,
+            txn,
             self.read_source(spark, context),
             self.condition,
             self.source_alias,
             self.target_alias,
             storage_options=self.hook.storage_options,
-            commit_properties=txn.properties,
         )
         builder = apply_clauses(builder, self.clauses_callable or self.clauses or [])
         result = builder.execute()

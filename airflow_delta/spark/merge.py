@@ -52,7 +52,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.types import StructField
 
-from airflow_delta.engine import CommitProperties, OptimisticTransaction
+from airflow_delta.engine import CommitProperties, DeltaLog, OptimisticTransaction
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -67,7 +67,7 @@ from airflow_delta.engine.errors import (
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
-from airflow_delta.engine.expressions.predicates import quote_identifier
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
@@ -370,7 +370,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
 
 
 def merge_delta(
-    target_uri: str,
+    target: str | DeltaLog | OptimisticTransaction,
     source_df: DataFrame | Any,
     condition: str,
     source_alias: str = "s",
@@ -379,7 +379,10 @@ def merge_delta(
     storage_options: Mapping[str, str] | None = None,
     commit_properties: CommitProperties | None = None,
 ) -> DeltaMergeBuilder:
-    """A MERGE of `source_df` into the Delta table at `target_uri` on `condition`.
+    """A MERGE of `source_df` into the Delta table `target` on `condition`.
+
+    `target` is a URI (opened with `storage_options`), a `DeltaLog`, or a transaction already
+    started on the table (then the MERGE reads and commits in it: no second snapshot).
 
     `source_df` is a Spark DataFrame or Arrow data (a pyarrow Table, RecordBatchReader, or
     anything exporting an Arrow stream: run in process when the engine's executor takes it).
@@ -390,6 +393,10 @@ def merge_delta(
         merge_delta(uri, updates, "t.id = s.id").when_matched_update_all()\\
             .when_not_matched_insert_all().execute()
     """
+    if isinstance(target, DeltaLog):
+        storage_options = target.storage_options
+        target = target.table_uri
+    target_uri = target.table if isinstance(target, OptimisticTransaction) else target
     if not isinstance(source_df, DataFrame):
         arrow = arrow_table(source_df)
         if arrow is None:
@@ -399,7 +406,7 @@ def merge_delta(
             )
         source_df = arrow
     return DeltaMergeBuilder(
-        target_uri,
+        target,
         source_df,
         condition,
         source_alias,

@@ -33,8 +33,8 @@ from airflow_delta.engine.errors import (
     TableNotFoundError,
     UnsupportedMergeError,
 )
-from airflow_delta.engine.expressions.predicates import (
-    PartitionPredicate,
+from airflow_delta.engine.expressions.predicates import PartitionPredicate
+from airflow_delta.engine.expressions.tokens import (
     Token,
     quote_identifier,
     split_conjuncts,
@@ -100,7 +100,7 @@ class MergeBuilder:
 
     def __init__(
         self,
-        target_uri: str,
+        target: str | OptimisticTransaction,
         source_df: Any,
         condition: str,
         source_alias: str = "s",
@@ -109,7 +109,14 @@ class MergeBuilder:
         storage_options: Mapping[str, str] | None = None,
         commit_properties: CommitProperties | None = None,
     ) -> None:
-        self.target_uri = target_uri
+        #: a transaction the caller started (and already checked), used instead of a new one
+        self.given_transaction = target if isinstance(target, OptimisticTransaction) else None
+        self.target_uri = target.table if isinstance(target, OptimisticTransaction) else target
+        if self.given_transaction is not None and commit_properties is not None:
+            raise ValueError(
+                f"MERGE into {self.target_uri}: pass commit_properties to the transaction you "
+                "give, not beside it"
+            )
         self.source_df = source_df
         self.condition = condition
         self.source_alias = source_alias
@@ -212,7 +219,7 @@ class MergeBuilder:
             raise ValueError(
                 f"MERGE into {self.target_uri}: there must be at least one WHEN clause."
             )
-        txn = start_transaction(
+        txn = self.given_transaction or start_transaction(
             TableLocation.of(self.target_uri, self.storage_options),
             properties=self.commit_properties,
         )

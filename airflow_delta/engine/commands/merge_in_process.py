@@ -58,10 +58,8 @@ from airflow_delta.engine.commands.merge import (
     arrow_table,
 )
 from airflow_delta.engine.errors import ConstraintViolationError, UnsupportedMergeError
-from airflow_delta.engine.expressions.predicates import (
-    PartitionPredicate,
-    quote_identifier,
-)
+from airflow_delta.engine.expressions.predicates import PartitionPredicate
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (
@@ -439,7 +437,7 @@ class ArrowMergeBuilder(MergeBuilder):
 
 
 def merge_arrow(
-    target_uri: str,
+    target: str | OptimisticTransaction,
     source: Any,
     condition: str,
     source_alias: str = "s",
@@ -449,7 +447,8 @@ def merge_arrow(
     commit_properties: CommitProperties | None = None,
 ) -> ArrowMergeBuilder:
     """A MERGE of `source` (a pyarrow Table, RecordBatchReader or anything exporting an Arrow
-    stream) into the Delta table at `target_uri` on `condition`, run in this process.
+    stream) into the Delta table `target` (a URI, or a transaction started on it) on
+    `condition`, run in this process.
 
     Example::
 
@@ -458,9 +457,10 @@ def merge_arrow(
     """
     table = arrow_table(source)  # read once: a RecordBatchReader is consumed
     if table is None:
-        raise TypeError(f"MERGE into {target_uri}: the source is not Arrow data: {type(source)}")
+        uri = target.table if isinstance(target, OptimisticTransaction) else target
+        raise TypeError(f"MERGE into {uri}: the source is not Arrow data: {type(source)}")
     return ArrowMergeBuilder(
-        target_uri,
+        target,
         table,
         condition,
         source_alias,

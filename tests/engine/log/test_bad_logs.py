@@ -11,7 +11,7 @@ from airflow_delta.engine.errors import (
     DeltaProtocolError,
     TableNotFoundError,
 )
-from tests.unit.delta_log_builder import add, make_table, metadata, protocol, write_commit
+from tests.delta_log_builder import add, make_table, metadata, protocol, write_commit
 
 LOG = "_delta_log"
 

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.log.replay import InMemoryLogReplay, LogBatch, canonicalize_paths
-from tests.unit.delta_log_builder import (
+from tests.delta_log_builder import (
     add,
     commit_info,
     make_table,

@@ -28,7 +28,7 @@ from airflow_delta.engine.errors import (
     TransactionStateError,
 )
 from airflow_delta.engine.txn.post_commit import PostCommitHook
-from tests.unit.txn_helpers import APPEND, SCHEMA, add, append, new_table
+from tests.txn_helpers import APPEND, SCHEMA, add, append, new_table
 
 
 def commit_json(table, version: int) -> list[dict]:
@@ -377,8 +377,8 @@ def test_vacuum_refuses_a_negative_configured_retention(tmp_path) -> None:
 
 def _commit_in_child(table: str, queue) -> None:
     from airflow_delta.engine import DeltaLog as ChildLog
-    from tests.unit.txn_helpers import APPEND as CHILD_APPEND
-    from tests.unit.txn_helpers import add as child_add
+    from tests.txn_helpers import APPEND as CHILD_APPEND
+    from tests.txn_helpers import add as child_add
 
     queue.put(ChildLog.for_table(table).start_transaction().commit([child_add()], CHILD_APPEND))
 
