@@ -9,7 +9,7 @@ import pytest
 
 from airflow_delta.cli import main
 from airflow_delta.engine import DeltaLog
-from tests.unit.test_vacuum import OLD_UNREFERENCED, build_table
+from tests.engine.commands.test_maintenance_vacuum import OLD_UNREFERENCED, build_table
 
 
 @pytest.fixture

@@ -255,7 +255,7 @@ def test_checkpoint_operator_vacuums_and_refuses_a_short_retention(tmp_path) -> 
     """The maintenance steps of DeltaCheckpointOperator (its `execute` needs no context)."""
     from airflow_delta.engine.commands.maintenance import VacuumRetentionError
     from airflow_delta.operators.checkpoint import DeltaCheckpointOperator
-    from tests.unit.test_vacuum import OLD_UNREFERENCED, build_table
+    from tests.engine.commands.test_maintenance_vacuum import OLD_UNREFERENCED, build_table
 
     root, delta_log = build_table(tmp_path)
     version = delta_log.update().version

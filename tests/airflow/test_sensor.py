@@ -52,7 +52,7 @@ from tests.airflow.conftest import TABLES_ROOT, load_dag
 from tests.airflow.dags.sensor_dags import SENSOR_TIMEOUT
 from tests.airflow.metadata import asset_events, xcoms
 from tests.conftest import s3_client
-from tests.unit.txn_helpers import append, new_table
+from tests.txn_helpers import append, new_table
 from tests.waiting import GENEROUS, wait_until
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -758,7 +758,7 @@ def test_poll_and_trigger_on_s3_see_commits_of_other_writers(
 ) -> None:
 
     from airflow_delta.engine.log.log_store import get_log_store
-    from tests.unit.delta_log_builder import commit_info, make_table
+    from tests.delta_log_builder import commit_info, make_table
 
     bucket, options = s3_bucket
     uri = f"s3://{bucket}/t"

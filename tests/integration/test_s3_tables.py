@@ -9,7 +9,7 @@ import pytest
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError
 from airflow_delta.engine.log.log_store import get_log_store
-from tests.unit.delta_log_builder import add, make_table, remove, write_commit
+from tests.delta_log_builder import add, make_table, remove, write_commit
 
 pytestmark = pytest.mark.s3
 

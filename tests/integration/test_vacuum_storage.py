@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from airflow_delta.engine import AddFile, DeltaLog, Operation
 from airflow_delta.engine.commands.maintenance import vacuum
 from tests.conftest import s3_client
-from tests.unit.test_vacuum import SCHEMA as PARTITIONED_SCHEMA
+from tests.engine.commands.test_maintenance_vacuum import SCHEMA as PARTITIONED_SCHEMA
 
 DAY_MS = 86_400_000
 LATER = int(time.time() * 1000) + 30 * DAY_MS  # every file is older than any retention then

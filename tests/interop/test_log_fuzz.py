@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import DeltaError
-from tests.unit.delta_log_builder import make_table
+from tests.delta_log_builder import make_table
 
 ACTIONS = ["add", "remove", "txn", "metaData", "protocol", "commitInfo", "domainMetadata", "x"]
 _JSON = st.recursive(

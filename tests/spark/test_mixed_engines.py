@@ -5,7 +5,7 @@ relative and URL-encoded, an absolute-path reference (`/abs/...`, as DuckDB's wr
 or a `file:` URI. `read_delta`, `scan_files` (its per-file join on Spark's file URI), the Spark
 MERGE (which maps `input_file_name()` back to log paths) and the in-process MERGE all read the
 file each one names; a file Spark cannot reach is refused with UnsupportedStorageError naming
-the table, the version and the path. The engine-only side is in tests/unit/test_mixed_engines.py.
+the table, the version and the path. The engine-only side is in tests/interop/test_mixed_engines.py.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""Post-commit work: symlink manifests (GenerateSymlinkManifest) and expired log cleanup."""
+"""Symlink manifests (`maintenance.generate_symlink_manifest` and the incremental update the
+GenerateSymlinkManifest hook runs after commits): one manifest per partition, listing its data
+files for Presto, Trino and Athena."""
 
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
@@ -14,43 +16,16 @@ from airflow_delta.engine import AddFile, DeltaLog, Metadata, Operation, RemoveF
 from airflow_delta.engine.commands.maintenance import (
     MANIFEST_LOCATION,
     absolute_file_uri,
-    cleanup_expired_logs,
     generate_incremental_manifest,
     generate_symlink_manifest,
     table_root_uri,
 )
-from airflow_delta.engine.errors import DeltaProtocolError, VersionNotFoundError
+from airflow_delta.engine.errors import DeltaProtocolError
 from airflow_delta.engine.protocol.schema import partition_path
-from airflow_delta.engine.txn.post_commit import GenerateSymlinkManifest, LogCleanupHook
-from tests.unit.delta_log_builder import add, commit_info, metadata, protocol, write_commit
-
-SCHEMA = pa.schema([("x", pa.int64()), ("a", pa.string()), ("b", pa.string())])
-SYMLINK = {"delta.compatibility.symlinkFormatManifest.enabled": "true"}
-WRITE = Operation("WRITE")
-
-Partition = dict[str, str | None]
+from tests.delta_log_builder import add, commit_info, metadata, protocol, write_commit
+from tests.engine.commands.maintenance_tables import SCHEMA, SYMLINK, WRITE, commit, new_file
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def new_file(root: Path, partition: Partition, name: str, columns=("a", "b")) -> AddFile:
-    """A data file on disk and its AddFile (path URL-encoded, as writers log it)."""
-    relative = f"{partition_path(partition, columns)}/{name}" if columns else name
-    target = root / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(b"PAR1 data")
-    return AddFile(
-        path=quote(relative, safe="/="),
-        partition_values=dict(partition),
-        size=9,
-        modification_time=int(time.time() * 1000),
-    )
-
-
-def commit(delta_log: DeltaLog, actions, operation: Operation = WRITE) -> tuple[int, dict]:
-    txn = delta_log.start_transaction()
-    version = txn.commit(actions, operation)
-    return version, dict(txn.hook_results)
 
 
 def removal(f: AddFile, with_partition: bool = True) -> RemoveFile:
@@ -276,35 +251,6 @@ def test_manifests_of_a_table_deltalake_wrote(tmp_path: Path) -> None:
     }
 
 
-def test_no_manifests_without_the_property(tmp_path: Path) -> None:
-    root = tmp_path / "t"
-    delta_log = DeltaLog.create_table(str(root), SCHEMA, ["a", "b"])
-    _, results = commit(delta_log, [new_file(root, {"a": "1", "b": "x"}, "f.parquet")])
-    assert results == {}
-    assert not (root / MANIFEST_LOCATION).exists()
-
-
-def test_hook_is_idempotent_per_transaction(table) -> None:
-    _, delta_log = table
-    txn = delta_log.start_transaction()
-    txn.register_post_commit_hook(GenerateSymlinkManifest())
-    txn.register_post_commit_hook(GenerateSymlinkManifest())
-    assert len(txn.post_commit_hooks) == 1
-
-
-def test_deletion_vectors_are_refused_after_the_commit_succeeds(tmp_path: Path) -> None:
-    root = tmp_path / "dv"
-    configuration = {**SYMLINK, "delta.enableDeletionVectors": "true"}
-    delta_log = DeltaLog.create_table(str(root), SCHEMA, ["a", "b"], configuration)
-    version, results = commit(delta_log, [new_file(root, {"a": "1", "b": "x"}, "f.parquet")])
-
-    assert version == 1 and delta_log.update().version == 1
-    assert results["symlink_manifest"].startswith("failed: ")
-    assert "deletion vectors" in results["symlink_manifest"]
-    assert "delta.enableDeletionVectors=true" in results["symlink_manifest"]
-    assert not (root / MANIFEST_LOCATION).exists()
-
-
 def test_files_with_deletion_vectors_are_refused(tmp_path: Path) -> None:
     dv = {
         "storageType": "i",
@@ -357,163 +303,6 @@ def test_table_root_uri(tmp_path: Path) -> None:
     options = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}
     s3 = DeltaLog.for_table("s3://bucket/path/t", options)
     assert table_root_uri(s3.location) == "s3://bucket/path/t"
-
-
-# -- expired log cleanup -----------------------------------------------------------------------
-
-
-def log_dir(delta_log: DeltaLog) -> Path:
-    return Path(delta_log.log_path)
-
-
-def age(paths, days: float) -> None:
-    stamp = time.time() - days * 86_400
-    for path in paths:
-        os.utime(path, (stamp, stamp))
-
-
-def log_files(delta_log: DeltaLog, *versions: int) -> list[Path]:
-    """The log files of `versions` (commits, checkpoints, checksums)."""
-    prefixes = {f"{v:020d}." for v in versions}
-    return [p for p in log_dir(delta_log).iterdir() if p.name[:21] in prefixes]
-
-
-def appended_table(root: Path, commits: int, configuration=None) -> tuple[DeltaLog, dict[int, int]]:
-    """A table with `commits` appends after version 0; num_files of every version."""
-    delta_log = DeltaLog.create_table(str(root), SCHEMA, [], configuration)
-    for i in range(commits):
-        commit(delta_log, [new_file(root, {}, f"f{i}.parquet", columns=())])
-    counts = {v: delta_log.snapshot_at(version=v).num_files for v in range(commits + 1)}
-    return delta_log, counts
-
-
-def assert_versions(delta_log: DeltaLog, counts: dict[int, int], first_readable: int) -> None:
-    for version, num_files in counts.items():
-        if version >= first_readable:
-            assert delta_log.snapshot_at(version=version).num_files == num_files, version
-        else:
-            with pytest.raises(VersionNotFoundError):
-                delta_log.snapshot_at(version=version)
-
-
-def test_cleanup_deletes_below_the_newest_checkpoint(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 25)  # checkpoints at 10 and 20
-    names = {p.name for p in log_dir(delta_log).iterdir()}
-    assert {f"{v:020d}.checkpoint.parquet" for v in (10, 20)} <= names
-    age(log_dir(delta_log).iterdir(), days=31)
-
-    deleted = cleanup_expired_logs(delta_log.location)
-
-    expected = {f"{v:020d}.json" for v in range(20)} | {f"{10:020d}.checkpoint.parquet"}
-    assert set(deleted) == expected
-    assert deleted == sorted(deleted), "oldest first"
-    assert {p.name for p in log_dir(delta_log).iterdir()} == names - expected
-    assert (log_dir(delta_log) / "_last_checkpoint").exists()
-    assert_versions(delta_log, counts, first_readable=20)
-    assert delta_log.update().version == 25
-
-
-def test_cleanup_keeps_what_commits_within_retention_need(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 25)
-    age(log_files(delta_log, *range(15)), days=31)  # 15..25 (and checkpoint 20) are recent
-
-    deleted = cleanup_expired_logs(delta_log.location)
-
-    # Commit 15 is within retention: it needs checkpoint 10 and commits 11-14, old or not.
-    assert set(deleted) == {f"{v:020d}.json" for v in range(10)}
-    assert_versions(delta_log, counts, first_readable=10)
-
-
-def test_cleanup_respects_the_configured_retention(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 12)
-    age(log_dir(delta_log).iterdir(), days=2)
-    assert cleanup_expired_logs(delta_log.location) == []  # default: 30 days
-    assert_versions(delta_log, counts, first_readable=0)
-
-    short, short_counts = appended_table(
-        tmp_path / "short", 12, {"delta.logRetentionDuration": "interval 1 day"}
-    )
-    age(log_dir(short).iterdir(), days=2)
-    assert set(cleanup_expired_logs(short.location)) == {f"{v:020d}.json" for v in range(10)}
-    assert_versions(short, short_counts, first_readable=10)
-
-
-def test_cleanup_without_a_checkpoint_deletes_nothing(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 5)
-    assert not any("checkpoint" in p.name for p in log_dir(delta_log).iterdir())
-    age(log_dir(delta_log).iterdir(), days=365)
-    assert cleanup_expired_logs(delta_log.location) == []
-    assert_versions(delta_log, counts, first_readable=0)
-
-
-def test_cleanup_of_multi_part_checkpoints_checksums_and_compactions(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 8, {"delta.checkpointInterval": "1000"})
-    delta_log.checkpoint(delta_log.snapshot_at(version=3), part_size=2)
-    delta_log.checkpoint(delta_log.snapshot_at(version=6))
-    log = log_dir(delta_log)
-    extra = [
-        f"{1:020d}.crc",
-        f"{2:020d}.crc",
-        f"{7:020d}.crc",
-        f"{1:020d}.{4:020d}.compacted.json",  # below the boundary: deleted
-        f"{5:020d}.{7:020d}.compacted.json",  # spans the boundary: kept
-    ]
-    for name in extra:
-        (log / name).write_text("{}\n")
-    parts = sorted(p.name for p in log.iterdir() if ".checkpoint.0" in p.name)
-    assert len(parts) == 3  # 4 files + protocol + metadata, 2 actions per part
-    age(log.iterdir(), days=31)
-    age([log / f"{1:020d}.crc"], days=29)  # below the boundary but within retention
-    deleted = cleanup_expired_logs(delta_log.location)
-
-    assert set(deleted) == {
-        *(f"{v:020d}.json" for v in range(6)),
-        *parts,
-        f"{2:020d}.crc",
-        f"{1:020d}.{4:020d}.compacted.json",
-    }
-    remaining = {p.name for p in log.iterdir()}
-    assert {f"{1:020d}.crc", f"{7:020d}.crc", f"{5:020d}.{7:020d}.compacted.json"} <= remaining
-    assert_versions(delta_log, counts, first_readable=6)
-
-
-def test_cleanup_skips_an_incomplete_multi_part_checkpoint(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 6, {"delta.checkpointInterval": "1000"})
-    delta_log.checkpoint(delta_log.snapshot_at(version=2))
-    delta_log.checkpoint(delta_log.snapshot_at(version=4), part_size=2)
-    log = log_dir(delta_log)
-    next(p for p in log.iterdir() if ".checkpoint.0000000001." in p.name).unlink()
-    age(log.iterdir(), days=31)
-
-    deleted = cleanup_expired_logs(delta_log.location)
-
-    assert f"{3:020d}.json" not in deleted  # checkpoint 4 is incomplete: 2 is the boundary
-    assert set(deleted) == {f"{v:020d}.json" for v in range(2)}
-    assert_versions(delta_log, counts, first_readable=2)
-
-
-def test_log_cleanup_hook(tmp_path: Path) -> None:
-    delta_log, counts = appended_table(tmp_path / "t", 10)  # checkpoint at 10
-    age(log_dir(delta_log).iterdir(), days=31)
-    txn = delta_log.start_transaction()
-    txn.register_post_commit_hook(LogCleanupHook())
-    version = txn.commit([new_file(tmp_path / "t", {}, "g.parquet", columns=())], WRITE)
-
-    assert txn.hook_results == {"log_cleanup": "ok"}
-    assert not (log_dir(delta_log) / f"{9:020d}.json").exists()
-    assert_versions(delta_log, {**counts, version: counts[10] + 1}, first_readable=10)
-
-
-def test_log_cleanup_hook_honours_enable_expired_log_cleanup(tmp_path: Path) -> None:
-    configuration = {"delta.enableExpiredLogCleanup": "false"}
-    delta_log, counts = appended_table(tmp_path / "t", 10, configuration)
-    age(log_dir(delta_log).iterdir(), days=31)
-    txn = delta_log.start_transaction()
-    txn.register_post_commit_hook(LogCleanupHook())
-    txn.commit([new_file(tmp_path / "t", {}, "g.parquet", columns=())], WRITE)
-
-    assert txn.hook_results == {"log_cleanup": "ok"}
-    assert_versions(delta_log, counts, first_readable=0)
 
 
 @pytest.mark.s3

@@ -26,8 +26,8 @@ from airflow_delta.engine.commands.maintenance import (
     z85_decode,
 )
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
+from tests.delta_log_builder import add, commit_info, metadata, protocol, write_commit
 from tests.pandas_free import imports_pandas
-from tests.unit.delta_log_builder import add, commit_info, metadata, protocol, write_commit
 
 SCHEMA = pa.schema([("x", pa.int64()), ("_k", pa.string())])
 HOUR_MS = 3_600_000

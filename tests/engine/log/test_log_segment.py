@@ -1,7 +1,7 @@
 """The log probes of log_segment on real tables: `latest_version_since` and `current_version`.
 
-Tables are made by `DeltaLog.create_table` and real commits (tests/unit/txn_helpers.py), or
-written by hand (tests/unit/delta_log_builder.py) where a test needs an exact log. To show
+Tables are made by `DeltaLog.create_table` and real commits (tests/txn_helpers.py), or
+written by hand (tests/delta_log_builder.py) where a test needs an exact log. To show
 what a probe costs, some tests wrap the table's own log store in a spy that records each
 `list_from` and `read` and passes it through: nothing is faked.
 """
@@ -21,8 +21,8 @@ from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.log.log_segment import current_version, latest_version_since
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
-from tests.unit.delta_log_builder import commit_info, write_commit
-from tests.unit.txn_helpers import SCHEMA, append, new_table
+from tests.delta_log_builder import commit_info, write_commit
+from tests.txn_helpers import SCHEMA, append, new_table
 
 
 def table_at(path: Path, latest: int) -> DeltaLog:

@@ -10,8 +10,8 @@ import pytest
 
 from airflow_delta.engine.protocol.action_types import ADD_TYPE, METADATA_TYPE, PROTOCOL_TYPE
 from airflow_delta.engine.protocol.columnar import array_from_pylist, scalar
+from tests.delta_log_builder import make_table, write_commit
 from tests.pandas_free import imports_pandas
-from tests.unit.delta_log_builder import make_table, write_commit
 
 ROWS = {
     ADD_TYPE: [

@@ -62,7 +62,7 @@ from airflow_delta.engine.errors import (
     ProtocolChangedException,
 )
 from airflow_delta.engine.protocol.actions import Action
-from tests.unit.txn_helpers import APPEND, add, new_table
+from tests.txn_helpers import APPEND, add, new_table
 
 # -- the operations -------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.commands.maintenance import cleanup_expired_logs, truncate_day
 from airflow_delta.engine.errors import StaleCommitError
-from tests.unit.txn_helpers import APPEND, add, new_table
+from tests.txn_helpers import APPEND, add, new_table
 
 DAY_MS = 86_400_000
 
