@@ -234,8 +234,12 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         store = context.get("task_state_store") if reschedule_mode else None
         first_poke = context.get("task_reschedule_count", 0) == 0
         kept = store.get(BASELINE_STATE_KEY) if store is not None and not first_poke else None
-        if isinstance(kept, dict) and kept.get("table") == self.table_uri:
-            baseline, origin = int(kept["baseline"]), f"{kept['origin']}, kept since the first poke"
+        if (
+            isinstance(kept, dict)
+            and kept.get("table") == self.table_uri
+            and isinstance(kept_baseline := kept.get("baseline"), int)
+        ):
+            baseline, origin = kept_baseline, f"{kept['origin']}, kept since the first poke"
         else:
             baseline, origin = self._previous_run_baseline(context) or self._initial_baseline(
                 context, reschedule_mode and not first_poke
@@ -253,7 +257,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     def _previous_run_baseline(self, context: Context) -> tuple[int, str] | None:
         """The version the previous successful run of this task saw, if it watched this table."""
         ti = context["ti"]
-        previous = ti.get_previous_ti(state=TaskInstanceState.SUCCESS, map_index=ti.map_index)
+        map_index = -1 if ti.map_index is None else ti.map_index  # -1: not a mapped task
+        previous = ti.get_previous_ti(state=TaskInstanceState.SUCCESS, map_index=map_index)
         if previous is None:
             return None
         seen = ti.xcom_pull(

@@ -57,7 +57,8 @@ from pyspark.sql import types as T
 from airflow_delta.engine.commands.data_reader import fs_path
 from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
-from airflow_delta.engine.expressions.predicates import parse_predicates, quote_identifier
+from airflow_delta.engine.expressions.predicates import parse_predicates
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.protocol.features import LOG_READER_FEATURES, reader_features
 from airflow_delta.engine.protocol.paths import FileLocation, resolve_path

@@ -46,7 +46,7 @@ from airflow_delta.engine.errors import (
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
-from airflow_delta.engine.expressions.predicates import quote_identifier
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (

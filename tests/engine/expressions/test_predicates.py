@@ -1,4 +1,4 @@
-"""Partition predicates: parsing, typing and vectorised three-valued evaluation on AddFiles."""
+"""Partition predicates: typing and vectorised three-valued evaluation on AddFiles."""
 
 from __future__ import annotations
 
@@ -8,29 +8,12 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine.errors import CorruptLogError
-from airflow_delta.engine.expressions.predicates import (
-    TRUE,
-    InvalidPredicateError,
-    PartitionPredicate,
-    parse_predicates,
-    split_conjuncts,
-    tokenize,
-)
+from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.protocol.action_types import ADD_TYPE
 from airflow_delta.engine.protocol.columnar import array_from_pylist
+from tests.engine.expressions.predicate_helpers import COLUMNS
 from tests.pandas_free import imports_pandas
 
-COLUMNS = {
-    "date": "date",
-    "region": "string",
-    "n": "integer",
-    "big": "long",
-    "ts": "timestamp",
-    "ntz": "timestamp_ntz",
-    "d": "decimal(5,2)",
-    "f": "double",
-    "b": "boolean",
-}
 SPECIAL = "it's = 'x' AND é/%20"
 
 PARTITIONS: dict[str, dict[str, str | None] | None] = {
@@ -102,12 +85,6 @@ def select(
     assert isinstance(mask, pa.BooleanArray)
     assert len(mask) == len(files) and mask.null_count == 0
     return sorted(files.field("path").filter(mask).to_pylist())
-
-
-def error(predicate: str, columns: dict[str, Any] = COLUMNS) -> InvalidPredicateError:
-    with pytest.raises(InvalidPredicateError) as info:
-        PartitionPredicate.parse(predicate, columns)
-    return info.value
 
 
 @pytest.mark.parametrize(
@@ -339,143 +316,6 @@ def test_evaluation_edges() -> None:
     bad = add_files({"a": {"n": "three"}})
     with pytest.raises(CorruptLogError, match="three"):
         predicate.evaluate(bad)
-
-
-def test_unknown_or_non_partition_columns_are_refused() -> None:
-    exc = error("x = 1 AND n = 2")
-    assert str(exc).splitlines()[0] == (
-        "Predicate 'x = 1 AND n = 2' references column 'x', which is not a partition column "
-        "of this table (partition columns: date, region, n, big, ts, ntz, d, f, b). Only "
-        "partition columns can be used to select files."
-    )
-    assert exc.position == 0
-    assert "partition columns: none" in str(error("value > 1", {}))
-    assert error("n = 1 AND other = 'x'").position == 10
-    assert isinstance(exc, ValueError)
-
-
-@pytest.mark.parametrize(
-    ("predicate", "position", "fragment"),
-    [
-        ("n = = 1", 4, "expected a column, a literal or '(' at character 5, found '='"),
-        ("n = 1 AND", 9, "found the end of the predicate"),
-        ("", 0, "found the end of the predicate"),
-        ("n = 1)", 5, "expected an operator, AND, OR or the end of the predicate"),
-        ("(n = 1", 6, "expected ')'"),
-        ("n IN ()", 6, "found ')'"),
-        ("n IN (1 2)", 8, "expected ',' or ')'"),
-        ("n NOT = 3", 6, "expected IN or BETWEEN"),
-        ("n IS 3", 5, "expected NULL"),
-        ("n BETWEEN 1 OR 2", 12, "expected AND"),
-        ("and = 1", 0, "backquote column names that are SQL keywords"),
-        ("region = 'eu", 9, "string literal at character 10 that is never closed"),
-        ("`region = 'eu'", 0, "backquoted column name at character 1 that is never closed"),
-        ('region = "eu"', 9, "string literals take single quotes"),
-        ("n = 1; DROP TABLE t", 5, "unexpected character ';'"),
-        ("n = 1abc", 4, "malformed number '1abc'"),
-        ("n = 1.2.3", 4, "malformed number '1.2.3'"),
-        ("n = to_date(1)", 4, "not a partition column"),
-    ],
-)
-def test_syntax_errors_point_at_the_problem(predicate: str, position: int, fragment: str) -> None:
-    exc = error(predicate)
-    assert exc.position == position
-    message = str(exc)
-    assert message.startswith(f"Predicate '{predicate}' ")
-    assert fragment in message
-    assert message.splitlines()[-1] == "  " + " " * position + "^"
-
-
-def test_tokenize_strict_and_lenient() -> None:
-    tokens = tokenize("`my col` IN ('a', 'it''s') AND n <=> -1.5e3")
-    assert [(t.kind, t.value) for t in tokens] == [
-        ("quoted", "my col"),
-        ("ident", "IN"),
-        ("op", "("),
-        ("string", "a"),
-        ("op", ","),
-        ("string", "it's"),
-        ("op", ")"),
-        ("ident", "AND"),
-        ("ident", "n"),
-        ("op", "<=>"),
-        ("op", "-"),
-        ("number", "1.5e3"),
-        ("end", ""),
-    ]
-    assert (tokens[3].start, tokens[3].end) == (13, 16)
-    text = 't.id = "x" AND 1abc * café; \'open'
-    with pytest.raises(InvalidPredicateError, match=r"unexpected character '\.'"):
-        tokenize(text)
-    lenient = [(t.kind, t.value) for t in tokenize(text, lenient=True)]
-    assert lenient == [
-        ("ident", "t"),
-        ("other", "."),
-        ("ident", "id"),
-        ("op", "="),
-        ("other", '"x"'),
-        ("ident", "AND"),
-        ("other", "1abc"),
-        ("other", "*"),
-        ("ident", "caf"),
-        ("other", "é"),
-        ("other", ";"),
-        ("other", "'"),
-        ("ident", "open"),
-        ("end", ""),
-    ]
-
-
-@pytest.mark.parametrize(
-    ("condition", "expected"),
-    [
-        ("t.id = s.id", ["t.id = s.id"]),
-        ("t.id = s.id AND t.day = s.day", ["t.id = s.id", "t.day = s.day"]),
-        ("(t.a = s.a AND (t.b = 1 and t.c = 2)) AND x", ["t.a = s.a", "t.b = 1", "t.c = 2", "x"]),
-        ("s.v BETWEEN 1 AND 2 AND t.p = 'x'", ["s.v BETWEEN 1 AND 2", "t.p = 'x'"]),
-        ("t.a = 'x AND y' AND `and` = \"b and c\"", ["t.a = 'x AND y'", '`and` = "b and c"']),
-        ("(a OR b) AND (c) = d", ["a OR b", "(c) = d"]),
-        ("a OR b AND c", ["a OR b", "c"]),
-        ("f(a AND b) AND\nc", ["f(a AND b)", "c"]),
-        ("", [""]),
-    ],
-)
-def test_split_conjuncts(condition: str, expected: list[str]) -> None:
-    assert split_conjuncts(condition) == expected
-
-
-@pytest.mark.parametrize(
-    ("predicate", "position", "fragment"),
-    [
-        ("date = 5", 7, "cannot compare date (partition column of type date) with 5 (an integer)"),
-        ("date = 'yesterday'", 7, "'yesterday' at character 8, which is not a date"),
-        ("date = '2024-01-01 10:00:00'", 7, "which is not a date"),
-        ("n = 'abc'", 4, "cannot compare n (partition column of type integer) with 'abc'"),
-        ("n IN (1, 'x')", 9, "which is not a number"),
-        ("b = 'yes'", 4, "which is not a boolean"),
-        ("ts < 'noon'", 5, "which is not a timestamp"),
-        ("region = 1", 9, "cannot compare region (partition column of type string) with 1"),
-        ("region = n", 9, "with n (partition column of type integer)"),
-        ("ts > 5.5", 5, "with 5.5 (a decimal)"),
-        ("b = 1", 4, "with 1 (an integer)"),
-        ("date = DATE '2024-13-01'", 12, "DATE '2024-13-01' at character 13, which is not a date"),
-        ("ts = TIMESTAMP 'soon'", 15, "which is not a timestamp"),
-        ("n", 0, "expects a condition at character 1, but n (partition column of type integer)"),
-        ("n = 1 AND 'x'", 10, "but 'x' (a string) is not a boolean"),
-        ("NOT region", 4, "is not a boolean"),
-        ("n = 1" + "0" * 39, 4, "more than 38 digits"),
-    ],
-)
-def test_type_errors_name_both_sides(predicate: str, position: int, fragment: str) -> None:
-    exc = error(predicate)
-    assert fragment in str(exc)
-    assert exc.position == position
-
-
-def test_partition_columns_of_unsupported_types_are_refused() -> None:
-    columns = {"s": {"type": "struct", "fields": []}, "v": "void"}
-    assert "type struct, which predicates cannot compare" in str(error("s IS NULL", columns))
-    assert "type void" in str(error("v IS NULL", columns))
 
 
 def test_a_hundred_thousand_files() -> None:

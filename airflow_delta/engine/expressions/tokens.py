@@ -1,0 +1,146 @@
+"""The tokenizer of SQL texts: partition predicates (strictly) and any Spark SQL (leniently).
+
+A token is a number, an identifier, a 'string', a `backquoted` name, an operator or the end of
+the text. Strict tokenizing refuses what the predicate grammar has no token for; lenient
+tokenizing gives it as an "other" token, so that MERGE conditions can be split and scanned
+(`split_conjuncts`) without being parsed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from airflow_delta.engine.errors import InvalidPredicateError
+
+_TOKEN = re.compile(
+    r"(?P<space>\s+)"
+    r"|(?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<string>'(?:[^']|'')*')"
+    r"|(?P<quoted>`(?:[^`]|``)*`)"
+    r"|(?P<op><=>|<=|>=|<>|!=|==|[=<>(),+-])"
+)
+_WORD = re.compile(r"[\w.]*")  # never fails to match
+
+#: In lenient tokenizing, what the grammar has no token for: a double-quoted string, a word
+#: of other characters, or one character (an unclosed quote, `.`, `*`, ...).
+_OTHER = re.compile(r'"[^"]*"|\w+|.', re.S)
+
+KEYWORDS = frozenset({"and", "or", "not", "in", "is", "null", "true", "false", "between"})
+"""The words of the predicate grammar: a column with such a name must be backquoted."""
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token of a SQL text: its kind, its value and where it is (`text[start:end]`)."""
+
+    kind: str  # number, ident, string, quoted (a backquoted name), op, other (lenient) or end
+    value: str  # identifiers and strings unquoted
+    start: int
+    end: int
+
+
+def quote_identifier(name: str) -> str:
+    """`name` as a backquoted SQL identifier (a backquote inside is doubled).
+
+    >>> quote_identifier("a`b")
+    '`a``b`'
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
+def tokenize(text: str, *, lenient: bool = False) -> list[Token]:
+    """The tokens of the SQL `text` (whitespace left out), ending with an "end" token.
+
+    Strict (the default), a character the grammar has no token for, an unclosed quote or a
+    malformed number raises InvalidPredicateError. `lenient` reads any Spark SQL instead
+    (MERGE conditions, for one) and gives such a piece as an "other" token: a
+    double-quoted string, a word, or one character, so that `t.id` is `t`, `.` and `id`.
+
+    >>> [(t.kind, t.value) for t in tokenize("`my col` IN ('a', 'it''s')")][:4]
+    [('quoted', 'my col'), ('ident', 'IN'), ('op', '('), ('string', 'a')]
+    >>> [t.value for t in tokenize("t.id = s.id", lenient=True)]
+    ['t', '.', 'id', '=', 's', '.', 'id', '']
+    """
+    tokens = []
+    pos = 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos) or (_OTHER.match(text, pos) if lenient else None)
+        if match is None:
+            raise InvalidPredicateError(text, _bad_character(text[pos], pos), pos)
+        kind, raw, end = match.lastgroup or "other", match.group(), match.end()
+        if kind == "number" and _word_end(text, end) > end:
+            bad = text[pos : _word_end(text, pos)]
+            if not lenient:
+                raise InvalidPredicateError(
+                    text, f"has a malformed number '{bad}' at character {pos + 1}.", pos
+                )
+            kind, raw, end = "other", bad, pos + len(bad)
+        if kind in ("string", "quoted"):
+            raw = raw[1:-1].replace(raw[0] * 2, raw[0])
+        if kind != "space":
+            tokens.append(Token(kind, raw, pos, end))
+        pos = end
+    tokens.append(Token("end", "", len(text), len(text)))
+    return tokens
+
+
+def split_conjuncts(condition: str) -> list[str]:
+    """The top-level AND operands of a SQL condition, each without parentheses that enclose
+    all of it (and split again inside them). `x BETWEEN a AND b` stays one operand, and so
+    does an AND inside a string or a backquoted name. Any Spark SQL is read (leniently).
+
+    >>> split_conjuncts("(t.id = s.id AND t.day = s.day) AND s.v BETWEEN 1 AND 2")
+    ['t.id = s.id', 't.day = s.day', 's.v BETWEEN 1 AND 2']
+    """
+    parts, depth, start, between = [], 0, 0, False
+    for token in tokenize(condition, lenient=True):
+        word = token.value.lower() if token.kind in ("ident", "op") else ""
+        depth += {"(": 1, ")": -1}.get(word, 0)
+        if depth or word not in ("and", "between"):
+            continue
+        if word == "between" or between:
+            between = word == "between"
+            continue
+        parts.append(condition[start : token.start])
+        start = token.end
+    parts.append(condition[start:])
+    result = []
+    for part in (p.strip() for p in parts):
+        inner = _unwrap(part)
+        result.extend(split_conjuncts(inner) if inner is not None else [part])
+    return result
+
+
+def _unwrap(text: str) -> str | None:
+    """`text` without the parentheses that enclose all of it, or None."""
+    if not text.startswith("("):
+        return None
+    depth = 0
+    for token in tokenize(text, lenient=True):
+        if token.kind == "op":
+            depth += {"(": 1, ")": -1}.get(token.value, 0)
+        if depth == 0:
+            return text[1:-1] if token.end == len(text) else None
+    return None
+
+
+def _word_end(text: str, pos: int) -> int:
+    """Where the run of word characters and dots that starts at `pos` ends."""
+    match = _WORD.match(text, pos)
+    return match.end() if match is not None else pos
+
+
+def _bad_character(char: str, pos: int) -> str:
+    where = f"at character {pos + 1}"
+    if char == "'":
+        return f"has a string literal {where} that is never closed."
+    if char == "`":
+        return f"has a backquoted column name {where} that is never closed."
+    if char == '"':
+        return (
+            f"has an unexpected '\"' {where}: string literals take single quotes "
+            "and column names backquotes."
+        )
+    return f"has an unexpected character {char!r} {where}."
