@@ -61,58 +61,11 @@ def test_empty_commit_file(tmp_path) -> None:
         load(tmp_path)
 
 
-def test_truncated_checkpoint_falls_back_to_commits(tmp_path) -> None:
-    make_table(tmp_path, 4)
-    log = DeltaLog.for_table(str(tmp_path))
-    log.checkpoint()
-    cp = tmp_path / LOG / f"{3:020d}.checkpoint.parquet"
-    cp.write_bytes(cp.read_bytes()[:100])
-    snap = log.update()
-    assert (snap.version, snap.num_files, snap.log_segment.checkpoint_version) == (3, 4, None)
-
-
-def test_truncated_checkpoint_without_commits_to_fall_back_on(tmp_path) -> None:
-    make_table(tmp_path, 4)
-    log = DeltaLog.for_table(str(tmp_path))
-    log.checkpoint()
-    for v in range(3):
-        commit_path(tmp_path, v).unlink()
-    cp = tmp_path / LOG / f"{3:020d}.checkpoint.parquet"
-    cp.write_bytes(cp.read_bytes()[:100])
-    with pytest.raises(CorruptLogError):
-        log.update()
-
-
-@pytest.mark.parametrize("garbage", [b"", b"{not json", b'{"version": "three"}', b"[1, 2]"])
-def test_garbage_last_checkpoint_falls_back_to_listing(tmp_path, garbage: bytes) -> None:
-    make_table(tmp_path, 4)
-    log = DeltaLog.for_table(str(tmp_path))
-    log.checkpoint()
-    (tmp_path / LOG / "_last_checkpoint").write_bytes(garbage)
-    snap = log.update()
-    assert (snap.version, snap.num_files, snap.log_segment.checkpoint_version) == (3, 4, 3)
-
-
-def test_last_checkpoint_pointing_at_missing_checkpoint(tmp_path) -> None:
-    make_table(tmp_path, 4)
-    (tmp_path / LOG / "_last_checkpoint").write_text('{"version": 2, "size": 4}')
-    snap = load(tmp_path)
-    assert (snap.version, snap.num_files, snap.log_segment.checkpoint_version) == (3, 4, None)
-
-
 def test_version_gap(tmp_path) -> None:
     make_table(tmp_path, 5)
     commit_path(tmp_path, 2).unlink()
     with pytest.raises(CorruptLogError, match=r"versions are not contiguous: missing 2"):
         load(tmp_path)
-
-
-def test_gap_covered_by_a_checkpoint_is_fine(tmp_path) -> None:
-    make_table(tmp_path, 5)
-    log = DeltaLog.for_table(str(tmp_path))
-    log.checkpoint(log.snapshot_at(version=3))
-    commit_path(tmp_path, 2).unlink()
-    assert log.update().num_files == 5
 
 
 def test_no_delta_log(tmp_path) -> None:
@@ -241,15 +194,6 @@ def test_a_fifo_where_a_winner_commit_is_read_is_a_corrupt_log(tmp_path) -> None
     _fifo_or_skip(tmp_path / "fifo")
     with pytest.raises(CorruptLogError, match="not a regular file"):
         _in_thread(lambda: LocalLogStore().read(str(tmp_path / "fifo")))
-
-
-def test_an_oversized_last_checkpoint_is_ignored(tmp_path, monkeypatch) -> None:
-    from airflow_delta.engine.log import checkpoints
-
-    make_table(tmp_path, 3)
-    (tmp_path / LOG / "_last_checkpoint").write_text('{"version": 1, "size": 3}' + " " * 200)
-    monkeypatch.setattr(checkpoints, "LAST_CHECKPOINT_MAX_BYTES", 100)
-    assert load(tmp_path).version == 2
 
 
 @pytest.mark.parametrize(

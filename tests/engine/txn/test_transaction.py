@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from airflow_delta.engine.errors import (
     CommitFailedError,
     DeltaProtocolError,
     InvalidCommitError,
-    TableAlreadyExistsError,
     TransactionStateError,
 )
 from airflow_delta.engine.txn.post_commit import PostCommitHook
@@ -34,17 +32,6 @@ from tests.txn_helpers import APPEND, SCHEMA, add, append, new_table
 def commit_json(table, version: int) -> list[dict]:
     text = (table / "_delta_log" / f"{version:020d}.json").read_text()
     return [json.loads(line) for line in text.splitlines()]
-
-
-def test_create_table_commits_version_zero_with_default_protocol(tmp_path) -> None:
-    log = new_table(tmp_path)
-    snap = log.update()
-    assert snap.version == 0
-    assert (snap.protocol.min_reader_version, snap.protocol.min_writer_version) == (1, 2)
-    assert snap.partition_columns == ["part"]
-    assert snap.schema.names == SCHEMA.names
-    with pytest.raises(TableAlreadyExistsError):
-        new_table(tmp_path)
 
 
 def test_features_in_configuration_upgrade_the_protocol(tmp_path) -> None:
@@ -174,15 +161,6 @@ def test_txn_version_and_idempotent_writes(tmp_path) -> None:
     txn.commit([add("a"), SetTransaction("job", 7)], APPEND)
     assert log.start_transaction().txn_version("job") == 7
     assert log.update().transactions == {"job": 7}
-
-
-def test_checkpoint_every_interval(tmp_path) -> None:
-    log = new_table(tmp_path, **{"delta.checkpointInterval": "3"})
-    for _ in range(7):
-        append(log)
-    names = sorted(p.name for p in (tmp_path / "_delta_log").glob("*.checkpoint.parquet"))
-    assert names == [f"{3:020d}.checkpoint.parquet", f"{6:020d}.checkpoint.parquet"]
-    assert log.update().num_files == 7
 
 
 class Boom(PostCommitHook):
@@ -347,14 +325,6 @@ def test_a_bad_table_property_fails_before_the_commit_lands(tmp_path, key, value
     ]
 
 
-def test_create_table_refuses_a_bad_property(tmp_path) -> None:
-    from airflow_delta.engine.errors import InvalidTablePropertyError
-
-    with pytest.raises(InvalidTablePropertyError, match="checkpointInterval"):
-        new_table(tmp_path / "t", **{"delta.checkpointInterval": "ten"})
-    assert not list((tmp_path / "t").glob("_delta_log/*.json"))
-
-
 def test_vacuum_refuses_a_negative_configured_retention(tmp_path) -> None:
     """A negative delta.deletedFileRetentionDuration would make vacuum delete the files of
     writes still in flight."""
@@ -416,24 +386,3 @@ def test_a_child_forked_while_a_thread_holds_the_commit_lock_can_commit(tmp_path
     finally:
         release.set()
         holder.join()
-
-
-# -- in-commit timestamps ---------------------------------------------------------------------
-
-
-def test_snapshot_timestamp_at_a_checkpoint_version_is_the_in_commit_timestamp(tmp_path) -> None:
-    log = new_table(tmp_path / "t", **{"delta.enableInCommitTimestamps": "true"})
-    version = append(log)
-    log.checkpoint()
-    ict = log.commit_info(version).in_commit_timestamp
-    commit = tmp_path / f"t/_delta_log/{version:020d}.json"
-    old = time.time() - 86_400  # the files' mtimes say yesterday
-    for path in (tmp_path / "t/_delta_log").iterdir():
-        os.utime(path, (old, old))
-
-    snapshot = DeltaLog.for_table(str(tmp_path / "t")).update()
-
-    assert snapshot.log_segment.checkpoint_version == version
-    assert not snapshot.log_segment.deltas
-    assert snapshot.timestamp == ict
-    assert commit.exists()
