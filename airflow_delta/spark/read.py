@@ -54,7 +54,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_delta.engine.commands.data_reader import fs_path
 from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, UnsupportedStorageError
 from airflow_delta.engine.expressions.predicates import parse_predicates
@@ -563,7 +562,7 @@ def _deleted_rows(snapshot: Snapshot, table: TableLayout, files: pa.StructArray)
     descriptors = pc.struct_field(files, "deletionVector")
     if descriptors.null_count == len(descriptors):
         return None
-    fs = snapshot.location.store.fs
+    store = snapshot.location.store
     contents: dict[str, bytes] = {}
     ids, rows = [], []
     for file_id, dv in enumerate(descriptors.to_pylist()):
@@ -576,8 +575,7 @@ def _deleted_rows(snapshot: Snapshot, table: TableLayout, files: pa.StructArray)
             if storage == "u":
                 path = table.root.child(dvs.relative_dv_path(where)).fs_path
             else:
-                path = fs_path(
-                    fs,
+                path = store.file_path(
                     table.root,
                     where,
                     table=snapshot.table_uri,
@@ -586,7 +584,7 @@ def _deleted_rows(snapshot: Snapshot, table: TableLayout, files: pa.StructArray)
                 )
             if path not in contents:
                 try:
-                    contents[path] = fs.cat_file(path)
+                    contents[path] = store.read(path)
                 except FileNotFoundError:
                     raise CorruptLogError(
                         f"Table {snapshot.table_uri} version {snapshot.version}: the deletion "

@@ -291,8 +291,7 @@ class DataFileWriter:
 
     def __init__(self, plan: WritePlan, task: int = 0) -> None:
         self.plan = plan
-        self.fs = get_log_store(plan.uri, plan.storage_options)[0].fs
-        self.local = "file" in self.fs.protocol
+        self.store = get_log_store(plan.uri, plan.storage_options)[0]
         self.prefix = f"part-{task:05d}-{uuid.uuid4()}"
         self.leaves = _stats_leaves(plan.data_schema, plan.num_indexed_cols)
         self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
@@ -326,9 +325,8 @@ class DataFileWriter:
             for close in (self.current.writer.close, self.current.sink.close):
                 with contextlib.suppress(Exception):
                     close()
-        for path in self.written:
-            with contextlib.suppress(Exception):
-                self.fs.rm_file(path)
+        with contextlib.suppress(Exception):
+            self.store.delete_many(self.written)
 
     def _flush(self) -> None:
         """Write the buffered rows as one row group, and roll the file at the target size."""
@@ -349,9 +347,7 @@ class DataFileWriter:
         directory = partition_path(self.values, self.plan.partition_columns)
         relative = f"{directory}/{name}" if directory else name
         path = f"{self.plan.root}/{relative}"
-        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        # a native stream on local disk: the encoder writes without taking the GIL
-        sink = pa.OSFile(path, "wb") if self.local else self.fs.open(path, "wb")
+        sink = self.store.open_output(path)
         self.written.append(path)
         writer = pq.ParquetWriter(
             sink, self.plan.data_schema, compression="snappy", use_dictionary=use_dictionary

@@ -3,10 +3,11 @@
 Every engine reader of data files goes through here, so they agree with each other and with
 the Spark data plane:
 
-- `fs_path` resolves a log `path` (or a deletion vector's) through `paths.resolve_path`, the
-  one resolution of the protocol's URI references against the table root, and refuses a file
-  the table's fsspec filesystem cannot open (another scheme, a `file:` URI of another host)
-  with `UnsupportedStorageError` naming the table, the version and the path;
+- `LogStore.file_path` (in the log store, the only module that touches fsspec) resolves a log
+  `path` (or a deletion vector's) through `paths.resolve_path`, the one resolution of the
+  protocol's URI references against the table root, and refuses a file the table's
+  filesystem cannot open (another scheme, a `file:` URI of another host) with
+  `UnsupportedStorageError` naming the table, the version and the path;
 - `conform` takes a column as a parquet file holds it to the table's Arrow type when the two
   differ only in layout: other writers store Arrow view types (`string_view`, `binary_view`,
   `list_view`: deltalake 1.6's MERGE and UPDATE do) or large types (`large_string`,
@@ -16,14 +17,11 @@ the Spark data plane:
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from airflow_delta.engine.errors import UnsupportedStorageError
-from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, resolve_path
 
 ArrowColumn: TypeAlias = pa.Array | pa.ChunkedArray
 
@@ -35,41 +33,6 @@ _LIST = (
     pa.types.is_list_view,
     pa.types.is_large_list_view,
 )
-
-
-# -- paths ---------------------------------------------------------------------------------
-
-
-def can_open(fs: Any, location: FileLocation) -> bool:
-    """Whether the fsspec filesystem `fs` opens the file at `location` by its `fs_path`."""
-    protocol = fs.protocol
-    protocols = {protocol} if isinstance(protocol, str) else set(protocol)
-    protocols |= {canonical_scheme(p) for p in protocols}
-    if location.scheme == "file":
-        return location.authority == "" and "file" in protocols
-    return canonical_scheme(location.scheme) in protocols
-
-
-def fs_path(
-    fs: Any,
-    root: FileLocation,
-    path: str,
-    *,
-    table: str,
-    version: int,
-    what: str = "data file",
-) -> str:
-    """The path, in `fs`'s terms, of the file the log names by `path` in the table whose root
-    is `root`; UnsupportedStorageError when `fs` cannot open it."""
-    location = resolve_path(root, path)
-    if not can_open(fs, location):
-        protocol = fs.protocol if isinstance(fs.protocol, str) else "/".join(fs.protocol)
-        raise UnsupportedStorageError(
-            f"Table {table} version {version}: the {what} {path} names {location.uri}, which "
-            f"the table's filesystem ({protocol}) cannot open. Read the table where that "
-            "storage is reachable, or rewrite the file into the table."
-        )
-    return location.fs_path
 
 
 # -- types ---------------------------------------------------------------------------------

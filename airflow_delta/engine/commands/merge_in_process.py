@@ -24,7 +24,6 @@ Spark MERGE (`airflow_delta.spark.merge_delta`) runs those, and falls back to Sp
 
 from __future__ import annotations
 
-import contextlib
 import decimal
 import functools
 import json
@@ -47,7 +46,7 @@ from airflow_delta.engine.commands.data_files import (
     add_files,
     partition_runs,
 )
-from airflow_delta.engine.commands.data_reader import conform, fs_path, plain_table, same_family
+from airflow_delta.engine.commands.data_reader import conform, plain_table, same_family
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -480,7 +479,7 @@ class _FileReader:
         self.txn = txn
         self.table = table
         self.partition_columns = list(txn.metadata.partition_columns)
-        self.fs = txn.location.store.fs
+        self.store = txn.location.store
         self.root = txn.location.root
         self.lengths = np.zeros(0, dtype=np.int64)
 
@@ -499,14 +498,13 @@ class _FileReader:
         """The `columns` of the data file at `path` (as the log names it) whose partition
         values are `partition` (the log's map, as key-value pairs). Columns are read as the
         table's types (`data_reader.conform`: view and large types of other writers)."""
-        location = fs_path(
-            self.fs, self.root, path, table=self.txn.table, version=self.txn.read_version
+        location = self.store.file_path(
+            self.root, path, table=self.txn.table, version=self.txn.read_version
         )
-        local = "file" in self.fs.protocol
         data = [c for c in columns if c not in self.partition_columns]
         try:
-            with contextlib.nullcontext(location) if local else self.fs.open(location, "rb") as f:
-                file = pq.ParquetFile(f, memory_map=local)
+            with self.store.open_input(location) as f:
+                file = pq.ParquetFile(f, memory_map=self.store.is_local)
                 names = {n.lower(): n for n in file.schema_arrow.names}
                 present = [names[c.lower()] for c in data if c.lower() in names]
                 read = file.read(columns=present, use_threads=False)

@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fsspec.implementations.local import LocalFileSystem
 
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log.log_store import FileStatus, LogStore
@@ -121,17 +120,11 @@ def _stats_from_parsed(adds: pa.StructArray) -> pa.StructArray:
     )
 
 
-def _open_parquet(store: LogStore, path: str) -> pq.ParquetFile:
-    if isinstance(store.fs, LocalFileSystem):
-        return pq.ParquetFile(path, memory_map=True)
-    return pq.ParquetFile(store.fs.open(path, "rb"))
-
-
 def _read_parquet_actions(
     store: LogStore, path: str, file_actions: bool, pf: pq.ParquetFile | None = None
 ) -> pa.Table:
     try:
-        pf = pf or _open_parquet(store, path)
+        pf = pf or store.open_parquet(path)
         return pf.read(columns=_projection(pf.schema_arrow, file_actions), use_threads=True)
     except FileNotFoundError:
         raise
@@ -203,7 +196,7 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
             file_tables.append(pa.table({"add": part.add_array(), "remove": part.remove_array()}))
             continue
         try:
-            pf = _open_parquet(store, f.path)
+            pf = store.open_parquet(f.path)
         except (OSError, pa.ArrowException) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
@@ -247,7 +240,7 @@ class _CheckpointFileActions:
         for i, (path, pf) in enumerate(self.parquet):
             if pf is None:
                 try:
-                    pf = _open_parquet(self.store, path)
+                    pf = self.store.open_parquet(path)
                 except FileNotFoundError:
                     raise CorruptLogError(f"checkpoint sidecar {path} is missing") from None
                 except (OSError, pa.ArrowException) as exc:

@@ -13,6 +13,10 @@ is achieved depends on the filesystem:
 
 Paths handed to and returned by a LogStore are in the terms of its filesystem: absolute OS paths
 for local tables, `bucket/key` for S3, `/path` for memory.
+
+The log store is the engine's only door to storage: data files, deletion vectors and
+checkpoints are opened through it too (`open_input`, `open_output`, `file_path`), so no other
+module touches fsspec.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from airflow_delta.engine.errors import CorruptLogError, UnsupportedStorageError
+from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, resolve_path
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +164,65 @@ class LogStore(ABC):
         head, *tail = parts
         pieces = [head.rstrip("/")] + [p.strip("/") for p in tail if p.strip("/")]
         return "/".join(pieces)
+
+    # -- data files ----------------------------------------------------------------------
+
+    @property
+    def is_local(self) -> bool:
+        """Whether paths are OS paths that pyarrow opens natively (memory-mapped, no GIL)."""
+        return "file" in _protocols(self.fs)
+
+    def open_input(self, path: str) -> contextlib.AbstractContextManager[Any]:
+        """`path` ready for `pyarrow.parquet.ParquetFile`: the OS path itself on local disk
+        (to memory-map), else an open binary file."""
+        if self.is_local:
+            return contextlib.nullcontext(path)
+        return contextlib.closing(self.fs.open(path, "rb"))
+
+    def open_parquet(self, path: str) -> pq.ParquetFile:
+        """The parquet file at `path`, read lazily (memory-mapped on local disk)."""
+        if self.is_local:
+            return pq.ParquetFile(path, memory_map=True)
+        return pq.ParquetFile(self.fs.open(path, "rb"))
+
+    def open_output(self, path: str) -> Any:
+        """A new binary file at `path` (parent directories created), for a data file writer:
+        a native stream on local disk, so the encoder writes without taking the GIL."""
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        return pa.OSFile(path, "wb") if self.is_local else self.fs.open(path, "wb")
+
+    def can_open(self, location: FileLocation) -> bool:
+        """Whether this store's filesystem opens the file at `location` by its `fs_path`."""
+        protocols = _protocols(self.fs)
+        protocols |= {canonical_scheme(p) for p in protocols}
+        if location.scheme == "file":
+            return location.authority == "" and "file" in protocols
+        return canonical_scheme(location.scheme) in protocols
+
+    def file_path(
+        self, root: FileLocation, path: str, *, table: str, version: int, what: str = "data file"
+    ) -> str:
+        """The path, in this store's terms, of the file the log names by `path` in the table
+        whose root is `root`; UnsupportedStorageError when the store cannot open it."""
+        location = resolve_path(root, path)
+        if not self.can_open(location):
+            raise UnsupportedStorageError(
+                f"Table {table} version {version}: the {what} {path} names {location.uri}, "
+                f"which the table's filesystem ({_protocol_name(self.fs)}) cannot open. "
+                " Read the table where that storage is reachable, or rewrite the file into the "
+                "table."
+            )
+        return location.fs_path
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
+    protocol = fs.protocol
+    return {protocol} if isinstance(protocol, str) else set(protocol)
+
+
+def _protocol_name(fs: fsspec.AbstractFileSystem) -> str:
+    protocol = fs.protocol
+    return protocol if isinstance(protocol, str) else "/".join(protocol)
 
 
 class LocalLogStore(LogStore):
