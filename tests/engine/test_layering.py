@@ -136,3 +136,13 @@ def test_no_module_imports_another_modules_private_names() -> None:
         if n.startswith("_") and not n.startswith("__")
     ]
     assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_only_the_log_store_touches_fsspec() -> None:
+    users = sorted(
+        name
+        for name, tree in MODULES.items()
+        if name != f"{ENGINE}.log.log_store"
+        and any(target.split(".")[0] == "fsspec" for target, _ in imports_of(name, tree))
+    )
+    assert users == []
