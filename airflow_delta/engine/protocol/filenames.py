@@ -31,11 +31,6 @@ def delta_file(version: int) -> str:
     return f"{version:020d}.json"
 
 
-def crc_file(version: int) -> str:
-    """The version checksum file name of `version`."""
-    return f"{version:020d}.crc"
-
-
 def checkpoint_file_single(version: int) -> str:
     """The classic (single-file) checkpoint name of `version`."""
     return f"{version:020d}.checkpoint.parquet"
@@ -44,11 +39,6 @@ def checkpoint_file_single(version: int) -> str:
 def checkpoint_file_parts(version: int, parts: int) -> list[str]:
     """The names of a multi-part checkpoint of `version` in `parts` parts."""
     return [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
-
-
-def checkpoint_file_uuid(version: int, uuid: str, fmt: str = "parquet") -> str:
-    """The name of a UUID-named (v2) checkpoint of `version`."""
-    return f"{version:020d}.checkpoint.{uuid}.{fmt}"
 
 
 def version_prefix(version: int) -> str:
