@@ -6,6 +6,8 @@ reads its configuration on import); `airflow_db` migrates the database once per 
 `dag.test()` in Airflow 3 only runs DAGs it finds in the DAGs folder, so the test DAGs live in
 `tests/airflow/dags/`; they put their tables under `$AIRFLOW_DELTA_TEST_ROOT`, a directory of
 this worker, and `load_dag(dag_id)` gives the DAG object to run.
+
+`flaky` injects storage failures into the polls of the sensor and trigger tests.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from airflow_delta.engine.log import log_segment  # imports no Airflow module
 
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-delta-tests-"))
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
@@ -58,3 +63,42 @@ def airflow_db() -> Iterator[Path]:
     result = airflow_command("db", "migrate")
     assert result.returncode == 0, result.stdout + result.stderr
     yield AIRFLOW_HOME
+
+
+class Flaky:
+    """Stands in for the engine's `log_segment.latest_version_since`, the one storage call of a
+    poll: failure injection, since a real transient storage error cannot be summoned on demand
+    (and a local `_delta_log` cannot be made unreadable: the tests run as root).
+
+    Call number n (from 1) raises `error` when `fails(n)`, else runs the real function. The
+    monotonic time of every call is recorded.
+    """
+
+    def __init__(self, error: BaseException, fails: Callable[[int], bool]) -> None:
+        self.error, self.fails = error, fails
+        self.times: list[float] = []
+        self.real = log_segment.latest_version_since
+
+    def __call__(self, location: Any, known_version: int) -> int:
+        self.times.append(time.monotonic())
+        if self.fails(len(self.times)):
+            raise self.error
+        return self.real(location, known_version)
+
+    @property
+    def calls(self) -> int:
+        return len(self.times)
+
+
+@pytest.fixture
+def flaky(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[BaseException, Callable[[int], bool]], Flaky]:
+    """`flaky(error, fails)` puts a Flaky in place of the engine's latest_version_since."""
+
+    def install(error: BaseException, fails: Callable[[int], bool]) -> Flaky:
+        stand_in = Flaky(error, fails)
+        monkeypatch.setattr(log_segment, "latest_version_since", stand_in)
+        return stand_in
+
+    return install

@@ -1,4 +1,4 @@
-"""Test DAGs of the operator tests (tests/airflow/test_operators.py).
+"""Test DAGs of the operator tests (tests/airflow/operators/).
 
 Tables live under $AIRFLOW_DELTA_TEST_ROOT (a directory of the pytest worker); each DAG has
 its own table, which the test deletes before running it.

@@ -1,4 +1,4 @@
-"""Test DAGs of the sensor tests (tests/airflow/test_sensor.py): one DAG per way of waiting.
+"""Test DAGs of the sensor tests (tests/airflow/sensors/test_version.py), one per way of waiting.
 
 The table, the baseline and the target come from the run's params (`dag.test(run_conf=...)`),
 rendered as native objects, so each test points a DAG at its own table. Every sensor emits an

@@ -1,4 +1,8 @@
-"""The operators, run by `dag.test()` on real local Spark and real tables (DAGs in dags/)."""
+"""What every operator that commits shares (`operators.commit`), run by `dag.test()` on real
+local Spark and real tables (DAGs in tests/airflow/dags/): a write, a MERGE and a checkpoint in
+one DAG, exactly-once on retries, conflicts between concurrent runs, XCom, asset events and
+OpenLineage facets. The operators' own behaviours are in test_write.py, test_merge.py and
+test_checkpoint.py."""
 
 from __future__ import annotations
 
@@ -18,8 +22,6 @@ from tests.airflow.metadata import asset_events, task_states, xcoms
 from tests.spark.test_write import deltalake_rows
 from tests.waiting import communicate_all
 
-pytestmark = pytest.mark.usefixtures("airflow_db", "spark")
-
 #: Seconds the tests that run DAG tasks in several processes at once (each starting its own
 #: Spark) give them all, together; their pytest timeout is above it. Generous: on a loaded
 #: two-core machine the JVMs alone take minutes to start side by side.
@@ -27,8 +29,11 @@ PROCESSES_DEADLINE = 780
 
 
 def fresh_table(name: str) -> str:
+    """The path of table `name` under the worker's tables root, with no table there yet (the
+    root exists: a test may be the worker's first, and some DAGs write files beside tables)."""
     path = TABLES_ROOT / name
     shutil.rmtree(path, ignore_errors=True)
+    TABLES_ROOT.mkdir(parents=True, exist_ok=True)
     return str(path)
 
 
@@ -37,6 +42,7 @@ def rows(uri: str) -> list[dict[str, Any]]:
     return sorted(deltalake_rows(uri), key=lambda r: r["id"])
 
 
+@pytest.mark.usefixtures("airflow_db", "spark")
 def test_write_merge_checkpoint_pipeline() -> None:
     uri = fresh_table("events")
     dag_run = load_dag("t_write_merge").test()
@@ -80,23 +86,7 @@ def test_write_merge_checkpoint_pipeline() -> None:
     assert [(e["version"], e["operation"]) for e in events] == [(0, "WRITE"), (1, "MERGE")]
 
 
-def test_arrow_sources_merge_in_process() -> None:
-    """A source callable returning a pyarrow Table: the write converts it to a DataFrame, the
-    MERGE runs in process (the engine's pyarrow MERGE) and the XCom says so."""
-    uri = fresh_table("arrow_events")
-    dag_run = load_dag("t_arrow_merge").test()
-    assert task_states(dag_run) == {"write": "success", "merge": "success"}
-    write = xcoms(dag_run, "write")["return_value"]
-    assert (write["version"], write["executor"]) == (0, "spark")
-    merged = xcoms(dag_run, "merge")["return_value"]
-    assert (merged["version"], merged["executor"]) == (1, "in-process")
-    assert merged["metrics"]["numTargetRowsUpdated"] == 2
-    assert merged["metrics"]["numTargetRowsInserted"] == 2
-    expected = [{"id": i, "p": str(i % 2), "v": i * (100 if i >= 8 else 10)} for i in range(12)]
-    assert rows(uri) == expected
-    assert DeltaLog.for_table(uri).history()[0]["airflow"]["task_id"] == "merge"
-
-
+@pytest.mark.usefixtures("airflow_db", "spark")
 def test_retry_after_landed_commit_writes_once() -> None:
     uri = fresh_table("retried")
     calls = TABLES_ROOT / "retried.calls.log"
@@ -112,6 +102,7 @@ def test_retry_after_landed_commit_writes_once() -> None:
     assert calls.read_text() == "try 1\n"  # the retry found the marker before the source
 
 
+@pytest.mark.usefixtures("airflow_db", "spark")
 @pytest.mark.timeout(900)  # a DAG run on Spark, then `airflow tasks test` in a new process
 def test_asset_scheduled_dag_sees_the_committed_version() -> None:
     """The consumer's run is created by the scheduler's own code for asset-triggered runs (run
@@ -161,6 +152,7 @@ print("DAG RUN STATE", dag.test().state)
 """
 
 
+@pytest.mark.usefixtures("airflow_db", "spark")
 @pytest.mark.timeout(900)
 def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
     """Two processes run the same DAG at once: appends both land; an overwrite of the same
@@ -180,7 +172,7 @@ def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{own_home / 'airflow.db'}",
             "AIRFLOW_DELTA_TEST_BARRIER": str(sync),
             "AIRFLOW_DELTA_TEST_PARTY": party,
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
         }
         procs.append(
             subprocess.Popen(
@@ -209,44 +201,34 @@ def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
     assert len(final) == 5 and len({r["v"] for r in final}) == 1  # the last overwrite's rows
 
 
-@pytest.mark.timeout(900)
-def test_mapped_tasks_write_disjoint_partitions_at_once(tmp_path: Path) -> None:
-    """The mapped task instances run as three `airflow tasks test --map-index` processes at
-    once (each its own Spark and its own copy of the metadata database)."""
-    uri = fresh_table("mapped")
-    dag_run = load_dag("t_mapped").test(mark_success_pattern="write_partition")
-    home = Path(os.environ["AIRFLOW_HOME"])
-    procs = []
-    for index in range(3):
-        own_home = tmp_path / f"home{index}"
-        own_home.mkdir()
-        shutil.copy(home / "airflow.db", own_home / "airflow.db")
-        env = {
-            "AIRFLOW_HOME": str(own_home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{own_home / 'airflow.db'}",
-        }
-        airflow = str(Path(sys.executable).with_name("airflow"))
-        procs.append(
-            subprocess.Popen(
-                [
-                    airflow,
-                    "tasks",
-                    "test",
-                    "t_mapped",
-                    "write_partition",
-                    dag_run.run_id,
-                    "--map-index",
-                    str(index),
-                ],
-                env={**os.environ, **env},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = communicate_all(procs, PROCESSES_DEADLINE)
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-5000:]
-    assert DeltaLog.for_table(uri).latest_version() == 2
-    final = rows(uri)
-    assert [r["id"] for r in final] == list(range(30))
-    assert {r["p"] for r in final} == {"0", "1", "2"}
+# -- parse time: assets and lineage ---------------------------------------------------------------
+
+
+def test_operators_declare_the_table_asset_as_outlet() -> None:
+    from airflow_delta.assets import delta_table_asset
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    op = DeltaWriteOperator(task_id="w", table_uri="/data/events/", source="SELECT 1 AS id")
+    assert op.outlets == [delta_table_asset("/data/events")]
+    templated = DeltaWriteOperator(task_id="t", table_uri="/data/{{ ds }}", source="SELECT 1 AS id")
+    assert templated.outlets == []  # unknown until rendered: the user declares it
+
+
+def test_openlineage_facets_name_the_table_and_the_version() -> None:
+    from airflow_delta.operators.commit import openlineage_dataset_name
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    op = DeltaWriteOperator(task_id="w", table_uri="s3://lake/events", source="SELECT 1 AS id")
+    op.result = {"version": 7}
+    lineage = op.get_openlineage_facets_on_complete(None)
+    (dataset,) = lineage.outputs
+    assert (dataset.namespace, dataset.name) == ("s3://lake", "events")
+    assert dataset.facets["version"].datasetVersion == "7"
+    assert dataset.facets["storage"].storageLayer == "delta"
+    assert openlineage_dataset_name("/data/events") == ("file", "/data/events")
+    assert lineage.inputs == []
+    from_path = DeltaWriteOperator(
+        task_id="p", table_uri="/data/t", source="s3://landing/day=1/", source_format="json"
+    )
+    (source,) = from_path.get_openlineage_facets_on_complete(None).inputs
+    assert (source.namespace, source.name) == ("s3://landing", "day=1")
