@@ -62,9 +62,10 @@ class UnreadFileActions(Interface):
 class LogBatch:
     """The actions of one commit, or of a whole checkpoint.
 
-    A checkpoint's file actions are columnar (`adds`, `removes`). A commit's stay the parsed JSON
-    rows until replay converts the rows of every commit in one go; `add_lines`/`remove_lines`
-    give each row's line so that an add and a remove of one file in a commit resolve in order.
+    A checkpoint's file actions are columnar (`adds`, `removes`), and so are a commit's when
+    `json_commits` decoded it; the per-line parser leaves them parsed JSON rows until replay
+    converts the rows of every such commit in one go. `add_lines`/`remove_lines` give each
+    action's position in the commit, so that an add and a remove of one file resolve in order.
     """
 
     source: str = ""
@@ -73,8 +74,8 @@ class LogBatch:
     removes: pa.StructArray | None = None
     add_rows: list[dict[str, Any]] = field(default_factory=list)
     remove_rows: list[dict[str, Any]] = field(default_factory=list)
-    add_lines: list[int] = field(default_factory=list)
-    remove_lines: list[int] = field(default_factory=list)
+    add_lines: list[int] | np.ndarray = field(default_factory=list)
+    remove_lines: list[int] | np.ndarray = field(default_factory=list)
     protocol: Protocol | None = None
     metadata: Metadata | None = None
     txns: list[SetTransaction] = field(default_factory=list)
@@ -120,19 +121,32 @@ def _struct_array(
         raise CorruptLogError(f"{source}: malformed {name!r} action ({exc})") from None
 
 
-def _rows_to_array(batches: list[LogBatch], kind: str) -> pa.StructArray:
-    """The `kind` ("add"/"remove") rows of several commits converted at once."""
+def _file_actions(batches: list[LogBatch], kind: str) -> pa.StructArray:
+    """The `kind` ("add"/"remove") actions of several commits, in order: columnar batches as
+    they are, the JSON rows of the others converted at once."""
     type_ = ADD_TYPE if kind == "add" else REMOVE_TYPE
     rows = [r for b in batches for r in getattr(b, f"{kind}_rows")]
     try:
-        return array_from_pylist(rows, type_)
+        converted = array_from_pylist(rows, type_)
     except (TypeError, ValueError, AttributeError, OverflowError):
         for b in batches:  # error path only: find the commit that holds the bad action
             getattr(b, f"{kind}_array")()
         raise
+    pieces, used = [], 0
+    for b in batches:
+        n = len(getattr(b, f"{kind}_rows"))
+        if n:
+            pieces.append(converted.slice(used, n))
+            used += n
+        else:
+            arrays = b.adds if kind == "add" else b.removes
+            if arrays is not None:
+                pieces.append(arrays)
+    return concat(pieces, type_)
 
 
-_SMALL_ACTIONS: dict[str, Callable[[LogBatch, Any], None]] = {
+#: How each action other than add/remove goes into a batch.
+SMALL_ACTIONS: dict[str, Callable[[LogBatch, Any], None]] = {
     "protocol": lambda b, a: setattr(b, "protocol", a),
     "metaData": lambda b, a: setattr(b, "metadata", a),
     "txn": lambda b, a: b.txns.append(a),
@@ -159,8 +173,8 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
                 raise CorruptLogError(f"{source}: line {lineno}: {key} action without a path")
             getattr(batch, f"{key}_rows").append(body)
             getattr(batch, f"{key}_lines").append(lineno)
-        elif key in _SMALL_ACTIONS:
-            _SMALL_ACTIONS[key](batch, action_from_json(key, body, f"{source}: line {lineno}"))
+        elif key in SMALL_ACTIONS:
+            SMALL_ACTIONS[key](batch, action_from_json(key, body, f"{source}: line {lineno}"))
     if n_actions == 0:
         raise CorruptLogError(f"{source}: the log file holds no action (empty or blank)")
     return batch
@@ -281,16 +295,14 @@ class InMemoryLogReplay:
         if not self._later:
             self._later_files = (pa.nulls(0, ADD_TYPE), pa.nulls(0, REMOVE_TYPE), pa.nulls(0))
             return self._later_files
-        adds = _rows_to_array(self._later, "add")
-        removes = _rows_to_array(self._later, "remove")
-        order = np.array(
+        adds = _file_actions(self._later, "add")
+        removes = _file_actions(self._later, "remove")
+        order = np.concatenate(
             [
-                (i << 32) | line
+                np.asarray(getattr(b, kind), dtype=np.int64) | np.int64(i << 32)
                 for kind in ("add_lines", "remove_lines")
                 for i, b in enumerate(self._later)
-                for line in getattr(b, kind)
-            ],
-            dtype=np.int64,
+            ]
         )
         keys = concat([file_keys(adds), file_keys(removes)], pa.string())
         key_ids = int_values(keys.dictionary_encode().indices)

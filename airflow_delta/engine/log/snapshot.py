@@ -20,6 +20,7 @@ from airflow_delta.engine.log.checkpoints import (
     read_checkpoint,
     write_checkpoint,
 )
+from airflow_delta.engine.log.json_commits import decode_commits
 from airflow_delta.engine.log.log_segment import (
     LogSegment,
     build_log_segment,
@@ -32,7 +33,6 @@ from airflow_delta.engine.log.replay import (
     FileActions,
     InMemoryLogReplay,
     LogBatch,
-    parse_log_batch,
 )
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
@@ -95,9 +95,12 @@ class Snapshot:
         if checkpoint_batch is not None and segment.checkpoint_version is not None:
             replay.append(segment.checkpoint_version, checkpoint_batch)
         store = location.store
-        for f in segment.deltas:
+        known = replay.current_metadata
+        commits = [(store.read(f.path), f.path) for f in segment.deltas]
+        batches = decode_commits(commits, known.partition_columns if known else None)
+        for f, batch in zip(segment.deltas, batches, strict=True):
             version = filenames.parse_log_file_name(f.name).version  # type: ignore[union-attr]
-            replay.append(version, parse_log_batch(store.read(f.path), f.path))
+            replay.append(version, batch)
         if replay.current_protocol_version is None:
             raise CorruptLogError(
                 f"Table {table} version {segment.version}: no protocol action found in the log "

@@ -132,3 +132,21 @@ def int_values(arr: pa.Array) -> np.ndarray:
     """A non-null integer array as a numpy view, without the pandas shim."""
     values = np.frombuffer(arr.buffers()[1], dtype=_int_dtype(arr.type))
     return values[arr.offset : arr.offset + len(arr)]
+
+
+def int_array(values: np.ndarray) -> pa.Array:
+    """A non-null int32/int64 Arrow array over a numpy array's buffer (no copy, no shim)."""
+    if values.dtype == np.int32:
+        type_, data = pa.int32(), np.ascontiguousarray(values)
+    else:
+        type_, data = pa.int64(), np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(type_, len(data), [None, pa.py_buffer(data)])
+
+
+def bool_values(arr: pa.Array) -> np.ndarray:
+    """A non-null boolean Arrow array (such as `is_valid()`'s) as a numpy bool array."""
+    data = arr.buffers()[1]
+    if data is None or not len(arr):
+        return np.zeros(len(arr), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + len(arr)].astype(bool)
