@@ -163,3 +163,23 @@ def test_bad_commits_get_the_per_line_parsers_errors(data: bytes, message: str) 
         batches = decode_commits(commits, COLUMNS)
         for batch in batches:
             batch.add_array()
+
+
+def test_replaying_commits_does_not_import_pandas(tmp_path: Any) -> None:
+    from tests.pandas_free import imports_pandas
+
+    log = tmp_path / "t" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f"{0:020d}.json").write_text(
+        "\n".join(json.dumps(a) for a in ({"commitInfo": {}}, PROTOCOL, METADATA)) + "\n"
+    )
+    add = {"add": {"path": "f.parquet", "partitionValues": {"p": "1", "q": None}, "size": 1}}
+    (log / f"{1:020d}.json").write_text(json.dumps(add) + "\n")
+    script = (
+        "import sys\n"
+        "from airflow_delta.engine import DeltaLog\n"
+        f"snapshot = DeltaLog.for_table({str(tmp_path / 't')!r}).update()\n"
+        "assert len(snapshot.files()) == 1\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    assert not imports_pandas(script)
