@@ -39,6 +39,8 @@ BENCHMARKS: dict[str, str] = {
     "B5": "b5_spark_write",
     "B6": "b6_merge",
     "B7": "b7_sensor",
+    "B8": "b8_json_replay",
+    "B11": "b11_dag_parse",
 }
 
 RESULTS = Path(__file__).resolve().parent / "results.json"

@@ -16,6 +16,9 @@ secret are registered with Airflow's secrets masker when the connection is read.
 Spark: `get_spark_session(spark_conn_id)` maps an apache-spark provider `spark` connection
 (master URL) or `spark_connect` connection (`sc://` remote) the way that provider's
 PySparkOperator does; with no connection the session is local (`local[*]`).
+
+Importing this module (DAG parsing, the triggerer) loads neither the engine (pyarrow, fsspec)
+nor Spark: `get_delta_log` and `get_spark_session` import them when called.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from airflow_delta.engine.delta_log import DeltaLog
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from airflow_delta.engine.delta_log import DeltaLog
 
 #: Substrings of option names whose values are masked in task logs.
 SECRET_OPTION_MARKERS = ("secret", "password", "passwd", "token", "credential", "private", "key")
@@ -85,6 +88,8 @@ class DeltaHook(BaseHook):
 
     def get_delta_log(self, uri: str) -> DeltaLog:
         """The DeltaLog of the table at `uri`, with this connection's storage options."""
+        from airflow_delta.engine.delta_log import DeltaLog  # the engine loads at run time
+
         return DeltaLog.for_table(uri, self.storage_options)
 
     def get_spark_session(

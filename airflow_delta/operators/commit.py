@@ -20,6 +20,10 @@
   hooks, app_id, txn_version}`; the table's asset (the operator's outlet) gets an event whose
   `extra` carries the version and the operation; OpenLineage gets the table as output dataset
   with the committed version.
+
+Importing this module (DAG parsing) loads no engine, pyarrow or Spark: the engine is imported
+by the methods that run at execute time, and the argument checks of `__init__` use pure-Python
+constants (`POST_COMMIT_HOOK_NAMES`).
 """
 
 from __future__ import annotations
@@ -33,17 +37,16 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseOperator
 
 from airflow_delta.assets import delta_table_asset, table_asset_uri
-from airflow_delta.engine.commands.merge import arrow_table
-from airflow_delta.engine.errors import DeltaConcurrentModificationException
-from airflow_delta.engine.protocol.actions import Operation, SetTransaction
-from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
-from airflow_delta.engine.txn.post_commit import POST_COMMIT_HOOKS
-from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from pyspark.sql import SparkSession
+
+    from airflow_delta.engine.errors import DeltaConcurrentModificationException
+    from airflow_delta.engine.protocol.actions import SetTransaction
+    from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +54,27 @@ log = logging.getLogger(__name__)
 #: A callable gets the task's SparkSession (started on first use) and the task context.
 Source = str | Callable[..., Any]
 
-#: Conflicts after which re-running read + write + commit can succeed: every Delta conflict
-#: (ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException,
-#: MetadataChangedException, ProtocolChangedException - as when two tasks create the same
-#: table - and ConcurrentTransactionException). The re-run reads the new snapshot, so a protocol
-#: this engine cannot write is then refused with DeltaProtocolError, which is not retried.
-RETRYABLE_CONFLICTS: tuple[type[DeltaConcurrentModificationException], ...] = (
-    DeltaConcurrentModificationException,
-)
+#: The post-commit hooks a task can ask for, in the order they run: the names of the engine's
+#: `txn.post_commit.POST_COMMIT_HOOKS`, copied so that checking them at DAG parse time loads no
+#: engine (tests/airflow/test_light_imports.py holds the two equal).
+POST_COMMIT_HOOK_NAMES: tuple[str, ...] = ("checkpoint", "symlink_manifest", "log_cleanup")
+
+
+def retryable_conflicts() -> tuple[type[DeltaConcurrentModificationException], ...]:
+    """The conflicts after which re-running read + write + commit can succeed: every Delta
+    conflict (ConcurrentAppendException, ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException, MetadataChangedException, ProtocolChangedException - as
+    when two tasks create the same table - and ConcurrentTransactionException). The re-run
+    reads the new snapshot, so a protocol this engine cannot write is then refused with
+    DeltaProtocolError, which is not retried.
+
+    >>> [c.__name__ for c in retryable_conflicts()]
+    ['DeltaConcurrentModificationException']
+    """
+    from airflow_delta.engine.errors import DeltaConcurrentModificationException
+
+    return (DeltaConcurrentModificationException,)
+
 
 #: The XCom key under which the result dict is also pushed (besides `return_value`).
 XCOM_KEY = "delta_commit"
@@ -97,6 +113,8 @@ def exactly_once_txn(context: Context) -> SetTransaction:
     Example: `airflow-delta/etl/write/-1/scheduled__2026-01-01T00:00:00+00:00`, version
     `1767225600000`.
     """
+    from airflow_delta.engine.protocol.actions import SetTransaction
+
     ti, dag_run = context["ti"], context["dag_run"]
     app_id = f"airflow-delta/{ti.dag_id}/{ti.task_id}/{ti.map_index}/{ti.run_id}"
     return SetTransaction(app_id, int(dag_run.run_after.timestamp() * 1000))
@@ -186,10 +204,10 @@ class DeltaCommitOperator(BaseOperator):
             )
         if max_commit_attempts < 1:
             raise ValueError(f"max_commit_attempts must be at least 1, got {max_commit_attempts}")
-        unknown = [h for h in post_commit_hooks if h not in POST_COMMIT_HOOKS]
+        unknown = [h for h in post_commit_hooks if h not in POST_COMMIT_HOOK_NAMES]
         if unknown:
             raise ValueError(
-                f"Unknown post-commit hook(s) {unknown}: use {', '.join(POST_COMMIT_HOOKS)}"
+                f"Unknown post-commit hook(s) {unknown}: use {', '.join(POST_COMMIT_HOOK_NAMES)}"
             )
         if (txn_app_id is None) != (txn_version is None):
             raise ValueError("txn_app_id and txn_version go together")
@@ -213,7 +231,7 @@ class DeltaCommitOperator(BaseOperator):
         self.spark_conf = dict(spark_conf or {})
         self.isolation_level = isolation_level
         self.max_commit_attempts = max_commit_attempts
-        order = list(POST_COMMIT_HOOKS)
+        order = list(POST_COMMIT_HOOK_NAMES)
         self.post_commit_hooks = sorted(set(post_commit_hooks), key=order.index)
         self.exactly_once = exactly_once
         self.txn_app_id = txn_app_id
@@ -247,6 +265,8 @@ class DeltaCommitOperator(BaseOperator):
             data = self.source_callable(spark, context)
             if hasattr(data, "sparkSession"):
                 return data
+            from airflow_delta.engine.commands.merge import arrow_table
+
             arrow = arrow_table(data)
             if arrow is None:
                 raise TypeError(
@@ -271,6 +291,9 @@ class DeltaCommitOperator(BaseOperator):
 
     def commit_properties(self, context: Context) -> CommitProperties:
         """The commit's options: isolation, hooks, user metadata and the exactly-once marker."""
+        from airflow_delta.engine.protocol.actions import SetTransaction
+        from airflow_delta.engine.txn.commit_types import CommitProperties
+
         app_transactions: list[SetTransaction] = []
         if self.txn_app_id is not None and self.txn_version is not None:
             app_transactions.append(SetTransaction(str(self.txn_app_id), int(self.txn_version)))
@@ -301,7 +324,7 @@ class DeltaCommitOperator(BaseOperator):
             try:
                 outcome = self._commit_once_unless_committed(context, properties)
                 break
-            except RETRYABLE_CONFLICTS as exc:
+            except retryable_conflicts() as exc:
                 attempts += 1
                 conflicts.append({"exception": type(exc).__name__, "message": str(exc)})
                 if run == self.max_commit_attempts:
@@ -337,6 +360,8 @@ class DeltaCommitOperator(BaseOperator):
         """Open the table and a transaction once, then `commit_once` in it, unless the table
         already holds this write's exactly-once marker: then neither Spark nor the source is
         touched."""
+        from airflow_delta.engine.protocol.actions import Operation
+
         self.executor = None
         txn = self.hook.get_delta_log(self.table_uri).start_transaction(properties=properties)
         if txn.already_committed():

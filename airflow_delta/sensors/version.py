@@ -24,6 +24,9 @@ A poke that fails with a transient storage error (a dropped connection, a timeou
 an HTTP 5xx) counts as a poke that found nothing: the next poke retries (the trigger retries
 with exponential backoff), until the sensor's timeout. Any other error of a poke or of the
 trigger fails the task at once with a message naming the table and the fix.
+
+Importing this module (DAG parsing) loads no engine (pyarrow, fsspec): the argument checks are
+pure Python, and the engine is imported by the methods that run when the sensor does.
 """
 
 from __future__ import annotations
@@ -37,10 +40,6 @@ from airflow.configuration import conf
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue, TaskInstanceState
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_delta.engine.delta_log import DeltaLog
-from airflow_delta.engine.errors import TableNotFoundError, VersionNotFoundError
-from airflow_delta.engine.log.history import version_at_timestamp
-from airflow_delta.engine.log.storage_errors import is_transient_storage_error
 from airflow_delta.hooks.delta import DeltaHook
 from airflow_delta.triggers.version import (
     DeltaTableRecreatedError,
@@ -57,6 +56,8 @@ from airflow_delta.triggers.version import (
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_delta.engine.delta_log import DeltaLog
 
 #: XCom key of the provenance dict of the version the sensor found.
 XCOM_KEY = "delta_table_version"
@@ -172,6 +173,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         count of such pokes in a row): the next poke retries. Any other error fails the task
         with a message naming the table and the fix.
         """
+        from airflow_delta.engine.log.storage_errors import is_transient_storage_error
+
         try:
             check = poll_table_version(
                 self.delta_log, self._baseline, self._target, self.allow_recreation
@@ -286,6 +289,9 @@ def version_at(delta_log: DeltaLog, when: datetime) -> int:
     >>> version_at(DeltaLog.for_table("/data/events"), datetime(2024, 6, 1))  # doctest: +SKIP
     7
     """
+    from airflow_delta.engine.errors import TableNotFoundError, VersionNotFoundError
+    from airflow_delta.engine.log.history import version_at_timestamp
+
     try:
         return version_at_timestamp(delta_log.location, when)
     except (TableNotFoundError, VersionNotFoundError):

@@ -8,6 +8,10 @@ A poll that fails with a transient storage error (`storage_errors.is_transient_s
 a dropped connection, a timeout, throttling, an HTTP 5xx) is retried, the trigger's retries
 spaced by `retry_delay` (doubling, bounded), until the sensor's timeout ends the wait. Any other
 error ends the wait at once, with a message (`failure_message`) naming the table and the fix.
+
+DAG files import this module through the sensor, so it loads no engine (pyarrow, fsspec) at
+import: each function imports the engine modules it calls, the first poll of the sensor or of
+`DeltaTableVersionTrigger.run()` (in the triggerer) loads them.
 """
 
 from __future__ import annotations
@@ -20,14 +24,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_delta.engine.delta_log import DeltaLog
-from airflow_delta.engine.errors import DeltaError
-from airflow_delta.engine.log import log_segment
-from airflow_delta.engine.log.storage_errors import is_access_error, is_transient_storage_error
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
     from airflow.sdk.types import Logger
+
+    from airflow_delta.engine.delta_log import DeltaLog
 
 #: Seconds between two polls of the trigger (the sensor passes its `poke_interval`).
 DEFAULT_POLL_INTERVAL = 60.0
@@ -89,6 +91,8 @@ def latest_version_since(delta_log: DeltaLog, baseline: int) -> int:
     >>> latest_version_since(DeltaLog.for_table("/data/events"), 9)  # doctest: +SKIP
     12
     """
+    from airflow_delta.engine.log import log_segment
+
     return log_segment.latest_version_since(delta_log.location, baseline)
 
 
@@ -98,6 +102,8 @@ def current_version(delta_log: DeltaLog) -> int:
     >>> current_version(DeltaLog.for_table("/data/events"))  # doctest: +SKIP
     12
     """
+    from airflow_delta.engine.log import log_segment
+
     return log_segment.current_version(delta_log.location)
 
 
@@ -139,6 +145,8 @@ def version_event(delta_log: DeltaLog, check: VersionCheck) -> dict[str, Any]:
     {'table': '/data/t', 'version': 12, 'baseline': 9, 'timestamp': 1718000000000,
      'operation': 'WRITE', 'recreated': False}
     """
+    from airflow_delta.engine.log import log_segment
+
     info = log_segment.read_commit_info(delta_log.location, check.version)
     return {
         "table": check.table,
@@ -214,6 +222,9 @@ def how_to_fix(exc: BaseException, delta_conn_id: str | None) -> str:
     >>> how_to_fix(PermissionError(13, "Permission denied"), "delta_s3")[:50]
     "Check the credentials of the connection 'delta_s3'"
     """
+    from airflow_delta.engine.errors import DeltaError
+    from airflow_delta.engine.log.storage_errors import is_access_error
+
     if isinstance(exc, DeltaError | DeltaTableRecreatedError):
         return ""  # the engine's errors and the recreation name the table and the fix
     source = f"the connection '{delta_conn_id}'" if delta_conn_id else "the environment"
@@ -326,6 +337,8 @@ class DeltaTableVersionTrigger(BaseTrigger):
         A transient storage error is retried after `retry_delay` (logged with the table and the
         attempt); the wait then goes on until the sensor's timeout cancels the trigger.
         """
+        from airflow_delta.engine.log.storage_errors import is_transient_storage_error
+
         delta_log: DeltaLog | None = None
         attempt = 0  # consecutive polls failed with a transient error
         while True:
