@@ -545,7 +545,9 @@ def write_delta(
     columns = list(txn.metadata.partition_columns)
     dynamic = partition_overwrite_mode == "dynamic" and bool(columns)
     overwrite = save_mode == "Overwrite"
-    removed = txn.filter_files(replace_where) if overwrite and not dynamic else []
+    removed = (  # removed whole: replace_where may use partition columns only
+        txn.filter_files(replace_where, data_skipping=False) if overwrite and not dynamic else []
+    )
     adds = write_files(
         txn,
         df,

@@ -62,22 +62,34 @@ UsedColumns: TypeAlias = dict[str, tuple[str, str]]
 _SYNONYMS = {"==": "=", "<>": "!="}
 
 
-def parse(text: str, partition_columns: PartitionColumns) -> tuple[Expr, UsedColumns]:
+def parse(
+    text: str,
+    partition_columns: PartitionColumns,
+    data_columns: PartitionColumns | None = None,
+) -> tuple[Expr, UsedColumns]:
     """The boolean expression tree of the predicate `text`, and the columns it uses.
 
-    Raises InvalidPredicateError for a syntax error, a column that is not a partition column,
-    or a literal that cannot be compared with what it is compared with.
+    With `data_columns` (the table's other columns, same form), the predicate may also use
+    those (data skipping reads their statistics). Raises InvalidPredicateError for a syntax
+    error, an unknown column, or a literal that cannot be compared with what it is compared
+    with.
     """
-    return _Parser(text, partition_columns).parse()
+    return _Parser(text, partition_columns, data_columns).parse()
 
 
 class _Parser:
     """A recursive-descent parser that resolves columns and types as it goes."""
 
-    def __init__(self, text: str, partition_columns: PartitionColumns) -> None:
+    def __init__(
+        self,
+        text: str,
+        partition_columns: PartitionColumns,
+        data_columns: PartitionColumns | None = None,
+    ) -> None:
         self.text = text
-        self.partition_columns = partition_columns
-        self.by_lower = {name.lower(): name for name in partition_columns}
+        self.data_columns = data_columns
+        self.partition_columns = {**(data_columns or {}), **partition_columns}
+        self.by_lower = {name.lower(): name for name in self.partition_columns}
         self.used: UsedColumns = {}
         self.tokens = tokenize(text)
         self.index = 0
@@ -260,6 +272,13 @@ class _Parser:
 
     def _column(self, token: Token) -> Column:
         name = self.by_lower.get(token.value.lower())
+        if name is None and self.data_columns is not None:
+            listed = ", ".join(self.partition_columns) or "none"
+            raise self._error(
+                f"references column '{token.value}', which is not a column of this table "
+                f"(columns: {listed}).",
+                token.start,
+            )
         if name is None:
             listed = ", ".join(self.partition_columns) or "none"
             raise self._error(
@@ -348,7 +367,8 @@ class _Parser:
     def _describe(self, node: Node) -> str:
         source = self.text[node.span[0] : node.span[1]]
         if isinstance(node, Column):
-            return f"{source} (partition column of type {node.delta_type})"
+            kind = "column" if node.name in (self.data_columns or {}) else "partition column"
+            return f"{source} ({kind} of type {node.delta_type})"
         return f"{source} ({describe_type(node.type)})"
 
 

@@ -75,13 +75,7 @@ class PartitionPredicate:
         Only `partitionValues` is read; a missing key is null. Unknown (NULL) counts as False,
         as in a SQL WHERE clause. Raises CorruptLogError for a malformed partition value.
         """
-        columns = {}
-        if self._used:
-            values = pc.struct_field(files, "partitionValues")
-            for name, (key, delta_type) in self._used.items():
-                raw = pc.map_lookup(values, columnar.scalar(key, pa.string()), "first")
-                columns[name] = partition_values_to_arrow(raw, delta_type)
-        result = self._root.evaluate(columns)
+        result = self._root.evaluate(partition_arrays(files, self._used))
         if isinstance(result, pa.Scalar):
             return columnar.bool_mask(np.full(len(files), result.as_py() is True))
         return pc.fill_null(result, _FALSE)
@@ -98,6 +92,16 @@ class PartitionPredicate:
         mask: npt.NDArray[np.bool_] = pc.fill_null(result, _FALSE).to_numpy(zero_copy_only=False)
         return mask
 
+    @property
+    def root(self) -> Expr:
+        """The expression tree."""
+        return self._root
+
+    @property
+    def used(self) -> UsedColumns:
+        """The columns the predicate uses: name -> (key in the log, Delta type)."""
+        return dict(self._used)
+
     def matches_all(self) -> bool:
         """Whether this is the literal TRUE, which selects the whole table."""
         root = self._root
@@ -105,6 +109,17 @@ class PartitionPredicate:
 
     def __repr__(self) -> str:
         return f"PartitionPredicate({self.text!r})"
+
+
+def partition_arrays(files: pa.StructArray, used: UsedColumns) -> dict[str, pa.Array]:
+    """The typed partition values of `files` (ADD_TYPE) for the columns `used`."""
+    columns = {}
+    if used:
+        values = pc.struct_field(files, "partitionValues")
+        for name, (key, delta_type) in used.items():
+            raw = pc.map_lookup(values, columnar.scalar(key, pa.string()), "first")
+            columns[name] = partition_values_to_arrow(raw, delta_type)
+    return columns
 
 
 TRUE = PartitionPredicate("true", Const((0, 4), columnar.scalar(True, pa.bool_())), {})

@@ -104,15 +104,15 @@ class Compare:
         if self.op == "<=>":
             both_valid = pc.and_(pc.is_valid(left), pc.is_valid(right))
             both_null = pc.and_(pc.is_null(left), pc.is_null(right))
-            return pc.if_else(both_valid, _compare("=", left, right), both_null)
-        return _compare(self.op, left, right)
+            return pc.if_else(both_valid, compare("=", left, right), both_null)
+        return compare(self.op, left, right)
 
 
 def _is_nan(value: Result) -> Result:
     return pc.is_nan(value) if pa.types.is_floating(value.type) else _FALSE
 
 
-def _compare(op: str, left: Result, right: Result) -> Result:
+def compare(op: str, left: Result, right: Result) -> Result:
     """`left op right` as Spark SQL compares: for floating point, NaN equals NaN and is above
     every other value (so a partition `c = 'NaN'` matches NaN partition values)."""
     if not (pa.types.is_floating(left.type) or pa.types.is_floating(right.type)):

@@ -31,6 +31,7 @@ from airflow_delta.engine.errors import (
     TransactionStateError,
 )
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
+from airflow_delta.engine.expressions.skipping import parse_file_predicates
 from airflow_delta.engine.log.log_segment import latest_version, read_commit_info
 from airflow_delta.engine.log.replay import parse_log_batch
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
@@ -153,12 +154,32 @@ class OptimisticTransaction:
         by_name = {f["name"]: f for f in fields}  # whole fields: column mapping needs metadata
         return {c: by_name.get(c, "string") for c in metadata.partition_columns}
 
-    def filter_files_arrow(self, predicate: str | Sequence[str] | None = None) -> pa.StructArray:
-        """The active files whose partition may satisfy `predicate`, columnar (ADD_TYPE).
+    def _data_types(self) -> dict[str, Any]:
+        """The schema fields of the columns that are not partition columns, by name."""
+        metadata = self.metadata
+        if metadata is None:
+            return {}
+        fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
+        partitions = set(metadata.partition_columns)
+        return {f["name"]: f for f in fields if f["name"] not in partitions}
 
-        Records the predicate in `read_predicates` and the files in `read_files`.
+    def filter_files_arrow(
+        self, predicate: str | Sequence[str] | None = None, *, data_skipping: bool = True
+    ) -> pa.StructArray:
+        """The active files that may hold rows satisfying `predicate`, columnar (ADD_TYPE).
+
+        `predicate` is SQL over any columns: partition columns select by partition values,
+        data columns by the files' statistics (`expressions.skipping`; a file is kept unless
+        its stats prove that no row matches). With `data_skipping=False` only partition
+        columns may be used (for callers that remove the files whole). Records the predicate
+        in `read_predicates` (a concurrent add conflicts unless it provably cannot match) and
+        the files in `read_files`.
         """
-        parsed = parse_predicates(predicate, self._partition_types())
+        if data_skipping:
+            data_types = self._data_types()
+            parsed = parse_file_predicates(predicate, self._partition_types(), data_types)
+        else:
+            parsed = parse_predicates(predicate, self._partition_types())
         files = self.snapshot.files() if self.read_version >= 0 else pa.nulls(0, ADD_TYPE)
         if not parsed.matches_all():
             files = files.filter(parsed.evaluate(files))
@@ -166,9 +187,11 @@ class OptimisticTransaction:
         self.read_files.append(files)
         return files
 
-    def filter_files(self, predicate: str | Sequence[str] | None = None) -> list[AddFile]:
-        """The AddFiles to scan for `predicate` (SQL over partition columns; None = all)."""
-        return add_files_from_arrow(self.filter_files_arrow(predicate))
+    def filter_files(
+        self, predicate: str | Sequence[str] | None = None, *, data_skipping: bool = True
+    ) -> list[AddFile]:
+        """The AddFiles to scan for `predicate` (SQL over the table's columns; None = all)."""
+        return add_files_from_arrow(self.filter_files_arrow(predicate, data_skipping=data_skipping))
 
     def read_whole_table(self) -> None:
         """Record that the transaction depends on the whole table."""
