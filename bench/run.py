@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "B6": "b6_merge",
     "B7": "b7_sensor",
     "B8": "b8_json_replay",
+    "B9": "b9_scale",
     "B11": "b11_dag_parse",
 }
 

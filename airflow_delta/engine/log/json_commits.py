@@ -19,7 +19,7 @@ holds both to that); errors come from the per-line parser, with their line numbe
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,59 +79,44 @@ def _decode_run(
         return
     assert columns is not None  # a run starts after the metadata is known
     datas = [commits[i][0] if commits[i][0].endswith(b"\n") else commits[i][0] + b"\n" for i in run]
-    buffer = b"".join(datas)
-    lines = _nonblank_lines(buffer, [len(d) for d in datas])
-    table = _read(buffer, columns, lines) if lines is not None else None
-    if table is None or lines is None or table.num_rows != len(lines.starts):
+    counts = [_row_count(d) for d in datas]
+    table = _read(datas, columns)
+    if table is None or table.num_rows != sum(counts):
         for i in run:
             out[i] = parse_log_batch(*commits[i])
         return
     adds = _file_actions(table.column("add").combine_chunks(), ADD_TYPE, columns)
     removes = _file_actions(table.column("remove").combine_chunks(), REMOVE_TYPE, columns)
     others = _present(table, _OTHER_ACTIONS)
-    for n, i in enumerate(run):
-        lo, hi = lines.file_rows[n], lines.file_rows[n + 1]
-        batch = _batch(commits[i][1], buffer, lines, lo, hi, adds, removes, others)
+    lo = 0
+    for i, data, count in zip(run, datas, counts, strict=True):
+        hi = lo + count
+        batch = _batch(commits[i][1], data, lo, hi, adds, removes, others)
         out[i] = batch if batch is not None else parse_log_batch(*commits[i])
+        lo = hi
 
 
-def _read(buffer: bytes, columns: list[str], lines: _Lines) -> pa.Table | None:
-    """The actions of `buffer` as columns; None when the JSON reader refuses it. Blocks of
-    1 MiB (or the longest line) are parsed in parallel."""
-    longest = int((lines.ends - lines.starts).max(initial=0))
+def _row_count(data: bytes) -> int:
+    """The lines of `data` that start with `{`. When they are not exactly the JSON reader's
+    rows (a line starting with anything else but blanks), the total differs and the run goes
+    to the per-line parser."""
+    return data.count(b"\n{") + (data[:1] == b"{")
+
+
+def _read(datas: list[bytes], columns: list[str]) -> pa.Table | None:
+    """The actions of the commits `datas` as columns; None when the JSON reader refuses them.
+    Blocks of 1 MiB (or the largest commit) are parsed in parallel."""
+    block = max(1 << 20, max(len(d) for d in datas) + 1)
     try:
         return pj.read_json(
-            io.BytesIO(buffer),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, longest + 2)),
+            io.BytesIO(b"".join(datas)),
+            read_options=pj.ReadOptions(block_size=block),
             parse_options=pj.ParseOptions(
                 explicit_schema=_schema(columns), unexpected_field_behavior="ignore"
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-
-
-class _Lines:
-    """The non-blank lines of a buffer (the JSON reader's rows) and each file's first row."""
-
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, file_rows: np.ndarray) -> None:
-        self.starts = starts
-        self.ends = ends
-        self.file_rows = file_rows
-
-
-def _nonblank_lines(buffer: bytes, sizes: list[int]) -> _Lines | None:
-    """The lines that hold something (the JSON reader's rows), when each of them starts with
-    `{`; None otherwise (the per-line parser then reads the commits)."""
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    ends = np.flatnonzero(raw == ord("\n"))
-    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if not np.all(raw[starts] == ord("{")):
-        return None
-    file_starts = np.concatenate(([0], np.cumsum(sizes)))
-    return _Lines(starts, ends, np.searchsorted(starts, file_starts).astype(np.int64))
 
 
 def _schema(columns: list[str]) -> pa.Schema:
@@ -206,29 +191,43 @@ def _present(table: pa.Table, names: Sequence[str]) -> np.ndarray:
 
 def _batch(
     source: str,
-    buffer: bytes,
-    lines: _Lines,
+    data: bytes,
     lo: int,
     hi: int,
     adds: _FileActions,
     removes: _FileActions,
     others: np.ndarray,
 ) -> LogBatch | None:
-    """The batch of the commit whose rows are [lo, hi); None when the per-line parser must
-    decode it."""
+    """The batch of the commit `data` whose rows are [lo, hi); None when the per-line parser
+    must decode it."""
     add_rows, add_actions, add_bad = _slice(adds, lo, hi)
     remove_rows, remove_actions, remove_bad = _slice(removes, lo, hi)
     if add_bad or remove_bad:
         return None
-    other_rows = np.flatnonzero(others[lo:hi]) + lo
+    other_rows = np.flatnonzero(others[lo:hi])
     if not len(other_rows) + len(add_rows) + len(remove_rows):
         return None  # no known action: the per-line parser decides (unknown ones, or none)
     batch = LogBatch(source=source, adds=add_actions, removes=remove_actions)
     batch.add_lines, batch.remove_lines = add_rows - lo, remove_rows - lo
-    for row in other_rows:
-        line = buffer[lines.starts[row] : lines.ends[row]]
-        _add_other_actions(batch, line, source, int(row - lo))
+    for row, line in _lines_at(data, other_rows.tolist()):
+        _add_other_actions(batch, line, source, row)
     return batch
+
+
+def _lines_at(data: bytes, rows: list[int]) -> Iterator[tuple[int, bytes]]:
+    """(row, line) of the non-empty lines `rows` (ascending) of `data`, scanning only as far
+    as the last of them (the other actions of a commit are few, commitInfo usually first)."""
+    start, row = 0, -1
+    for wanted in rows:
+        while True:
+            end = data.index(b"\n", start)
+            if end > start:
+                row += 1
+            if row == wanted and end > start:
+                yield row, data[start:end]
+                start = end + 1
+                break
+            start = end + 1
 
 
 def _slice(actions: _FileActions, lo: int, hi: int) -> tuple[np.ndarray, pa.StructArray, bool]:
