@@ -239,7 +239,7 @@ def _column_stats(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return ColumnStats(family, None, None, null_count)
     if family == "floating":  # a NaN bound says nothing: no stats for that file
-        nan = pc.fill_null(pc.or_(pc.is_nan(low), pc.is_nan(high)), False)
+        nan = pc.fill_null(pc.or_kleene(pc.is_nan(low), pc.is_nan(high)), False)
         low = pc.if_else(nan, pa.nulls(1, low.type)[0], low)
         high = pc.if_else(nan, pa.nulls(1, high.type)[0], high)
     return ColumnStats(family, low, high, null_count)
