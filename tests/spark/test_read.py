@@ -350,6 +350,19 @@ def test_partition_filter_prunes_before_spark(spark: SparkSession, versioned_tab
     assert read_delta(spark, uri, partition_filter="part = 'zzz'").count() == 0
 
 
+def test_filter_skips_files_by_stats(spark: SparkSession, versioned_table: Path) -> None:
+    uri = str(versioned_table)
+    selective = read_delta(spark, uri, version=1, filter="id = 4")
+    assert len(selective.inputFiles()) == 1
+    assert _ids(selective) == [4]
+    mixed = read_delta(spark, uri, version=1, filter=["id > 2", "part = 'a'"])
+    assert len(mixed.inputFiles()) == 1
+    assert _ids(mixed) == [3]  # Spark still filters the rows of the kept files
+    spark_only = read_delta(spark, uri, version=1, filter="abs(id) = 5")
+    assert len(spark_only.inputFiles()) == 4
+    assert _ids(spark_only) == [5]
+
+
 def test_partition_filters_on_typed_columns(spark: SparkSession) -> None:
     uri = str(TABLES / "delta-rs__partition-type-primitives")
     for predicate in ("year = '2020'", "is_active = 'true'", "event_date = '2023-01-01'"):
