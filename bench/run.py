@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, str] = {
     "B7": "b7_sensor",
     "B8": "b8_json_replay",
     "B9": "b9_scale",
+    "B10": "b10_skipping",
     "B11": "b11_dag_parse",
 }
 
