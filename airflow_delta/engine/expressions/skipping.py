@@ -332,12 +332,16 @@ def _may_in(node: In, negated: bool, scope: _Scope) -> Mask:
         if node.has_null:
             return scope.all(False)
         mask = _may_null(name, False, scope)
+        if len(values) > _MAX_IN_VALUES:
+            return mask
         for value in values:
             mask &= _may_op(name, "!=", value, cast, scope)
         return mask
     if not len(values):
         return scope.all(False)
     if len(values) > _MAX_IN_VALUES:
+        if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
+            return _may_null(name, False, scope)  # min_max leaves NaN out
         low, high = pc.min_max(values).values()
         above = _may_op(name, ">=", low, cast, scope)
         return above & _may_op(name, "<=", high, cast, scope)

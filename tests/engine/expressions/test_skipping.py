@@ -110,6 +110,17 @@ def test_comparisons_use_min_and_max(predicate: str, expected: list[int]) -> Non
     assert kept(predicate, files(stats("i", 0, 10), stats("i", 10, 20))) == expected
 
 
+def test_long_in_lists_test_the_range() -> None:
+    adds = files(stats("i", 0, 10), stats("i", 100, 200), stats("f", 0.0, 1.0))
+    listed = ", ".join(str(n) for n in range(50, 150))
+    assert kept(f"i IN ({listed})", adds) == [1, 2]
+    assert kept(f"i NOT IN ({listed})", adds) == [0, 1, 2]
+    floats = ", ".join(f"{n}.5" for n in range(50, 150))
+    assert kept(f"f IN ({floats})", adds) == [0, 1, 2]  # a range test: >= keeps floats (NaN)
+    assert kept(f"f IN ({listed})", files(stats("f", 160.0, 170.0))) == []
+    assert kept(f"f IN ({floats}, 'NaN')", adds) == [0, 1, 2]
+
+
 def test_not_equal_skips_only_constant_files() -> None:
     assert kept("i != 3", files(stats("i", 3, 3), stats("i", 3, 4))) == [1]
     assert kept("NOT (i = 3)", files(stats("i", 3, 3), stats("i", 3, 4))) == [1]
