@@ -76,6 +76,7 @@ _JSON_TYPES = {
 }
 _EXACT = frozenset({"integer", "date", "boolean"})
 _MAX_IN_VALUES = 64
+_MAX_READS = 64  # JSON reads spent finding the files whose stats do not parse
 _MS = 1000  # microseconds
 
 
@@ -151,15 +152,16 @@ class FileStats:
 def read_stats(stats: pa.Array, used: UsedColumns) -> FileStats:
     """The statistics of the columns `used` (name -> (stats key, Delta type)) for each file.
 
-    One JSON read for all columns; when it fails, one per column, and a column whose
-    statistics do not parse has none (its files are kept).
+    One JSON read for all columns; when it fails, one per column, and for a column whose
+    statistics do not parse, the files whose lines fail are found by bisection (a bounded
+    number of reads) and have no stats for it (they are kept).
     """
-    lines, rows = _json_lines(stats), len(stats)
+    lines = _json_lines(stats)
     specs = {name: (key, *_spec(delta_type)) for name, (key, delta_type) in used.items()}
-    read = _read(lines, rows, {key: json_type for key, _, json_type in specs.values()})
+    read = _read(lines.data, len(stats), {key: t for key, _, t in specs.values()})
     if read is None:  # some column's stats do not parse: read each apart
-        read = _read(lines, rows, {}) or {}
-        parts = {name: _read(lines, rows, {key: t}) or {} for name, (key, _, t) in specs.items()}
+        read = _read_tolerant(lines, {})
+        parts = {name: _read_tolerant(lines, {key: t}) for name, (key, _, t) in specs.items()}
     else:
         parts = dict.fromkeys(specs, read)
     columns = {
@@ -177,7 +179,18 @@ def _spec(delta_type: str) -> tuple[str, pa.DataType | None]:
     return family, _JSON_TYPES.get(family)
 
 
-def _json_lines(stats: pa.Array) -> bytes:
+@dataclass(frozen=True)
+class _Lines:
+    """JSON lines, one per file: `data[starts[i]:starts[i + 1]]` is file `i`'s line."""
+
+    data: bytes
+    starts: npt.NDArray[np.int64]
+
+    def rows(self, first: int, end: int) -> bytes:
+        return self.data[int(self.starts[first]) : int(self.starts[end])]
+
+
+def _json_lines(stats: pa.Array) -> _Lines:
     """The stats strings as JSON lines ('{}' for a file without stats)."""
     stats = pc.replace_substring(stats.cast(pa.large_string()), "\n", " ")
     stats = pc.replace_substring(stats, "\r", " ")
@@ -188,10 +201,33 @@ def _json_lines(stats: pa.Array) -> bytes:
     lines = pc.binary_join_element_wise(stats, nothing, newline)  # each ends with a newline
     _, offsets_buffer, data = lines.buffers()
     if data is None or not len(lines):
-        return b""
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[lines.offset :]
+        return _Lines(b"", np.zeros(1, dtype=np.int64))
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[lines.offset :][: len(lines) + 1]
     raw: bytes = data.to_pybytes()
-    return raw[int(offsets[0]) : int(offsets[len(lines)])]
+    return _Lines(raw[int(offsets[0]) : int(offsets[-1])], offsets - offsets[0])
+
+
+def _read_tolerant(lines: _Lines, columns: Mapping[str, pa.DataType | None]) -> dict[str, pa.Array]:
+    """`_read` of every line, the lines that fail read as '{}' (no stats).
+
+    A failing range is split in halves, at most `_MAX_READS` reads in all; once they are spent,
+    a failing range has no stats.
+    """
+    budget = [_MAX_READS]
+    pieces: list[dict[str, pa.Array]] = []
+    pending = [(0, len(lines.starts) - 1)]
+    while pending:
+        first, end = pending.pop()
+        budget[0] -= 1
+        part = _read(lines.rows(first, end), end - first, columns)
+        if part is None and end - first > 1 and budget[0] > 0:
+            middle = (first + end) // 2
+            pending += [(middle, end), (first, middle)]  # popped first half first
+            continue
+        pieces.append(part or _read(b"{}\n" * (end - first), end - first, columns) or {})
+    if not pieces or any(set(p) != set(pieces[0]) for p in pieces):
+        return {}
+    return {key: pa.concat_arrays([p[key] for p in pieces]) for key in pieces[0]}
 
 
 def _read(

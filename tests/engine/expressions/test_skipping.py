@@ -121,6 +121,18 @@ def test_long_in_lists_test_the_range() -> None:
     assert kept(f"f IN ({floats}, 'NaN')", adds) == [0, 1, 2]
 
 
+def test_column_mapping_reads_stats_by_physical_name() -> None:
+    field = {
+        "name": "i",
+        "type": "long",
+        "nullable": True,
+        "metadata": {"delta.columnMapping.physicalName": "col-1"},
+    }
+    parsed = parse_file_predicates("I = 5", {"p": "string"}, {"i": field})
+    adds = files(stats("col-1", 0, 9), stats("col-1", 10, 19), stats("i", 10, 19))
+    assert parsed.evaluate(adds).to_pylist() == [True, False, True]
+
+
 def test_not_equal_skips_only_constant_files() -> None:
     assert kept("i != 3", files(stats("i", 3, 3), stats("i", 3, 4))) == [1]
     assert kept("NOT (i = 3)", files(stats("i", 3, 3), stats("i", 3, 4))) == [1]
@@ -135,11 +147,14 @@ def test_missing_or_unreadable_stats_keep_the_file() -> None:
         stats("i", 100, 200),
     )
     assert kept("i = 1", adds) == [0, 1, 2, 3]
-    # stats of `i` that do not parse: `i` has no stats in this read, other columns still do
+    # stats of `i` that do not parse: that file has no stats for `i`, the others still do
     bad = '{"numRecords": 3, "minValues": {"i": "x", "s": "a"}, "maxValues": {"i": 1, "s": "b"}}'
-    adds = files(bad, stats("i", 100, 200), stats("s", "c", "d"))
-    assert kept("i = 1", adds) == [0, 1, 2]
-    assert kept("i = 1 AND s = 'a'", adds) == [0, 1]
+    adds = files(bad, stats("i", 100, 200), stats("s", "c", "d"), "{not json", stats("i", 7, 8))
+    assert kept("i = 1", adds) == [0, 2, 3]
+    assert kept("i = 1 AND s = 'a'", adds) == [0, 3]
+    many = files(*[bad if n % 3 == 0 else stats("i", 100, 200) for n in range(3000)])
+    assert sum(parse_file_predicates("i = 1", {}, COLUMNS).evaluate(many).to_pylist()) >= 1000
+    assert kept("i = 1", files()) == []
 
 
 def test_null_counts() -> None:
