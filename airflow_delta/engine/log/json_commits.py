@@ -47,8 +47,9 @@ def decode_commits(
 ) -> list[LogBatch]:
     """The LogBatch of each commit `(data, source)`, in order.
 
-    `partition_columns` are those of the metadata in effect before the first commit (None when
-    unknown: the commits then start with the table's first metadata).
+    `partition_columns` are the keys of the files' `partitionValues` under the metadata in effect
+    before the first commit (`Metadata.physical_partition_columns`: physical names with column
+    mapping); None when unknown (the commits then start with the table's first metadata).
     """
     batches: list[LogBatch | None] = [None] * len(commits)
     run: list[int] = []
@@ -60,7 +61,7 @@ def decode_commits(
             batch = parse_log_batch(data, source)
             batches[i] = batch
             if batch.metadata is not None:
-                columns = list(batch.metadata.partition_columns)
+                columns = batch.metadata.physical_partition_columns
         else:
             run.append(i)
     _decode_run(commits, run, columns, batches)

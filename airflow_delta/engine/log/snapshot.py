@@ -97,7 +97,7 @@ class Snapshot:
         store = location.store
         known = replay.current_metadata
         commits = [(store.read(f.path), f.path) for f in segment.deltas]
-        batches = decode_commits(commits, known.partition_columns if known else None)
+        batches = decode_commits(commits, known.physical_partition_columns if known else None)
         for f, batch in zip(segment.deltas, batches, strict=True):
             version = filenames.parse_log_file_name(f.name).version  # type: ignore[union-attr]
             replay.append(version, batch)

@@ -183,3 +183,26 @@ def test_replaying_commits_does_not_import_pandas(tmp_path: Any) -> None:
         "print('pandas' in sys.modules)\n"
     )
     assert not imports_pandas(script)
+
+
+def test_column_mapped_partition_values_are_read_by_physical_name() -> None:
+    field = {
+        "name": "day",
+        "type": "string",
+        "nullable": True,
+        "metadata": {"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "col-1a"},
+    }
+    metadata = {
+        "metaData": {
+            **METADATA["metaData"],
+            "schemaString": json.dumps({"type": "struct", "fields": [field]}),
+            "partitionColumns": ["day"],
+            "configuration": {"delta.columnMapping.mode": "name"},
+        }
+    }
+    first = b"\n".join(json.dumps(a).encode() for a in (PROTOCOL, metadata)) + b"\n"
+    add = {"add": {"path": "f.parquet", "partitionValues": {"col-1a": "2024-01-01"}, "size": 1}}
+    batches = decode_commits([(first, "0.json"), (json.dumps(add).encode(), "1.json")], None)
+    assert batches[1].add_rows == []  # decoded columnar
+    values = batches[1].add_array().to_pylist()[0]["partitionValues"]
+    assert values == [("col-1a", "2024-01-01")]
