@@ -17,7 +17,7 @@ from time import perf_counter
 
 ID = "B1"
 TITLE = "load latest snapshot + list files (100k files, checkpoint + 100 commits)"
-TARGET = 0.5
+TARGET = 0.3  # issue 13: also with many actions in the commits after the checkpoint
 HEADLINE = "load+list"
 
 
