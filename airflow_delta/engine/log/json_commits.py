@@ -106,8 +106,8 @@ def _row_count(data: bytes) -> int:
 
 def _read(datas: list[bytes], columns: list[str]) -> pa.Table | None:
     """The actions of the commits `datas` as columns; None when the JSON reader refuses them.
-    Blocks of 1 MiB (or the largest commit) are parsed in parallel."""
-    block = max(1 << 20, max(len(d) for d in datas) + 1)
+    Blocks of 4 MiB (or the largest commit) are parsed in parallel."""
+    block = max(1 << 22, max(len(d) for d in datas) + 1)
     try:
         return pj.read_json(
             io.BytesIO(b"".join(datas)),
