@@ -59,30 +59,10 @@ CHILD_TASKS = {"ours": _ours, "deltalake": _deltalake}
 
 def build(table: Path) -> None:
     """Write the table's log directly: one commit of FILES adds with stats."""
-    log = table / "_delta_log"
-    log.mkdir(parents=True, exist_ok=True)
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"name": n, "type": t, "nullable": True, "metadata": {}}
-            for n, t in (("id", "long"), ("name", "string"), ("date", "string"))
-        ],
-    }
+    from bench.tables import created_log_actions, write_log_commit
+
     ts = 1_700_000_000_000
-    actions: list[dict] = [
-        {"commitInfo": {"timestamp": ts, "operation": "WRITE"}},
-        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-        {
-            "metaData": {
-                "id": "b10",
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": json.dumps(schema),
-                "partitionColumns": ["date"],
-                "configuration": {},
-                "createdTime": ts,
-            }
-        },
-    ]
+    actions = created_log_actions("b10", ts, "WRITE")
     for i in range(FILES):
         date = f"2024-01-{i % 10 + 1:02d}"
         stats = {
@@ -100,8 +80,7 @@ def build(table: Path) -> None:
             "stats": json.dumps(stats, separators=(",", ":")),
         }
         actions.append({"add": add})
-    text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
-    (log / f"{0:020d}.json").write_text(text)
+    write_log_commit(table / "_delta_log", 0, actions)
 
 
 _METRICS = {"total": HEADLINE, "import": "import (not timed above)"}

@@ -52,30 +52,10 @@ CHILD_TASKS = {"ours": _ours, "deltalake": _deltalake}
 
 def build(table: Path) -> None:
     """Write the table's log directly (the data files are never read)."""
+    from bench.tables import created_log_actions, write_log_commit
+
     log = table / "_delta_log"
-    log.mkdir(parents=True, exist_ok=True)
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"name": n, "type": t, "nullable": True, "metadata": {}}
-            for n, t in (("id", "long"), ("name", "string"), ("date", "string"))
-        ],
-    }
-    first = [
-        {"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "CREATE TABLE"}},
-        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-        {
-            "metaData": {
-                "id": "b8",
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": json.dumps(schema),
-                "partitionColumns": ["date"],
-                "configuration": {},
-                "createdTime": 1_700_000_000_000,
-            }
-        },
-    ]
-    _write(log / f"{0:020d}.json", first)
+    write_log_commit(log, 0, created_log_actions("b8", 1_700_000_000_000, "CREATE TABLE"))
     for version in range(1, COMMITS + 1):
         ts = 1_700_000_000_000 + version * 60_000
         actions: list[dict] = [{"commitInfo": {"timestamp": ts, "operation": "MERGE"}}]
@@ -114,11 +94,7 @@ def build(table: Path) -> None:
                         }
                     }
                 )
-        _write(log / f"{version:020d}.json", actions)
-
-
-def _write(path: Path, actions: list[dict]) -> None:
-    path.write_text("".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions))
+        write_log_commit(log, version, actions)
 
 
 def expected_files() -> int:

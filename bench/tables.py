@@ -374,3 +374,39 @@ def _sync_tree(root: Path) -> None:
 def drop_copy(path: Path) -> None:
     if path.exists() and WORK_DIR in path.parents:
         shutil.rmtree(path)
+
+
+# -- logs written directly (B8, B10) ---------------------------------------------------------
+
+
+def created_log_actions(table_id: str, timestamp: int, operation: str) -> list[dict]:
+    """commitInfo, protocol (1, 2) and metaData of a table (id long, name string, date string)
+    partitioned by `date`: version 0 of the logs B8 and B10 write directly."""
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"name": n, "type": t, "nullable": True, "metadata": {}}
+            for n, t in (("id", "long"), ("name", "string"), ("date", "string"))
+        ],
+    }
+    return [
+        {"commitInfo": {"timestamp": timestamp, "operation": operation}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": table_id,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": ["date"],
+                "configuration": {},
+                "createdTime": timestamp,
+            }
+        },
+    ]
+
+
+def write_log_commit(log_dir: Path, version: int, actions: list[dict]) -> None:
+    """Write `actions` as commit `version` in `log_dir` (compact JSON, one action a line)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    (log_dir / f"{version:020d}.json").write_text(text)
