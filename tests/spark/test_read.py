@@ -8,7 +8,6 @@
 3. Time travel by version and timestamp against deltalake; partition pruning before Spark lists
    anything; refusals raised before any data file is opened (the data files of those tables do
    not exist, so reading one would fail with a Spark error instead).
-4. The deletion-vector decoder: Z85, UUID paths, array/bitmap/run containers, both formats.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -42,8 +40,8 @@ from airflow_delta.engine.errors import (
     DeltaProtocolError,
     UnsupportedStorageError,
 )
-from airflow_delta.spark import deletion_vectors as dvs
 from airflow_delta.spark.read import read_delta, scan_files
+from tests.engine.protocol.dv_helpers import portable_bitmap, z85
 
 GOLDEN = Path(os.environ.get("DELTA_GOLDEN", Path(__file__).parents[3] / "shared" / "golden"))
 if not GOLDEN.exists():
@@ -495,70 +493,12 @@ def test_absolute_file_uris(spark: SparkSession, tmp_path: Path) -> None:
     assert _ids(read_delta(spark, uri)) == [41, 42]
 
 
-def _portable_bitmap(values: list[int], runs: bool = False) -> bytes:
-    """A Delta RoaringBitmapArray (portable format): array or bitmap containers, or runs."""
-    by_bucket: dict[int, list[int]] = {}
-    for v in sorted(set(values)):
-        by_bucket.setdefault(v >> 32, []).append(v & 0xFFFFFFFF)
-    out = struct.pack("<IQ", dvs.MAGIC_NUMBER, len(by_bucket))
-    for high, lows in sorted(by_bucket.items()):
-        containers: dict[int, list[int]] = {}
-        for low in lows:
-            containers.setdefault(low >> 16, []).append(low & 0xFFFF)
-        out += struct.pack("<I", high) + _roaring32(containers, runs)
-    return out
-
-
-def _roaring32(containers: dict[int, list[int]], runs: bool) -> bytes:
-    keys = sorted(containers)
-    n = len(keys)
-    if runs:
-        header = struct.pack("<I", 12347 | ((n - 1) << 16)) + bytes([0xFF] * ((n + 7) // 8))
-    else:
-        header = struct.pack("<II", 12346, n)
-    header += b"".join(struct.pack("<HH", k, len(containers[k]) - 1) for k in keys)
-    bodies = []
-    for k in keys:
-        lows = containers[k]
-        if runs:
-            starts = [v for i, v in enumerate(lows) if i == 0 or lows[i - 1] != v - 1]
-            ends = [v for i, v in enumerate(lows) if i == len(lows) - 1 or lows[i + 1] != v + 1]
-            pairs = b"".join(
-                struct.pack("<HH", s, e - s) for s, e in zip(starts, ends, strict=True)
-            )
-            bodies.append(struct.pack("<H", len(starts)) + pairs)
-        elif len(lows) <= 4096:
-            bodies.append(struct.pack(f"<{len(lows)}H", *lows))
-        else:
-            bits = np.zeros(1 << 16, dtype=np.uint8)
-            bits[lows] = 1
-            bodies.append(np.packbits(bits, bitorder="little").tobytes())
-    if not runs or n >= 4:
-        offset = len(header) + 4 * n
-        for body in bodies:
-            header += struct.pack("<I", offset)
-            offset += len(body)
-    return header + b"".join(bodies)
-
-
-def _z85(data: bytes) -> str:
-    data += b"\0" * (-len(data) % 4)
-    out = []
-    for (word,) in struct.iter_unpack(">I", data):
-        chunk = ""
-        for _ in range(5):
-            word, digit = divmod(word, 85)
-            chunk = chr(dvs.Z85_ALPHABET[digit]) + chunk
-        out.append(chunk)
-    return "".join(out)
-
-
 def test_inline_and_absolute_deletion_vectors(spark: SparkSession, tmp_path: Path) -> None:
     data = pa.table({"id": pa.array(range(30), pa.int64())})
-    inline = _portable_bitmap([3, 4, 7, 11, 18, 29])
+    inline = portable_bitmap([3, 4, 7, 11, 18, 29])
     dv_dir = tmp_path / "dv dir%"
     dv_dir.mkdir()
-    on_disk = _portable_bitmap([0, 1, 2, 20], runs=True)
+    on_disk = portable_bitmap([0, 1, 2, 20], runs=True)
     payload = struct.pack(">i", len(on_disk)) + on_disk + struct.pack(">I", zlib.crc32(on_disk))
     (dv_dir / "my dv.bin").write_bytes(b"\x01" + b"junk" + payload)
     files = [
@@ -568,7 +508,7 @@ def test_inline_and_absolute_deletion_vectors(spark: SparkSession, tmp_path: Pat
             {},
             {
                 "storageType": "i",
-                "pathOrInlineDv": _z85(inline),
+                "pathOrInlineDv": z85(inline),
                 "sizeInBytes": len(inline),
                 "cardinality": 6,
             },
@@ -600,8 +540,8 @@ def test_inline_and_absolute_deletion_vectors(spark: SparkSession, tmp_path: Pat
 
 
 def test_deletion_vector_cardinality_mismatch(spark: SparkSession, tmp_path: Path) -> None:
-    inline = _portable_bitmap([1, 2])
-    dv = {"storageType": "i", "pathOrInlineDv": _z85(inline), "sizeInBytes": len(inline)}
+    inline = portable_bitmap([1, 2])
+    dv = {"storageType": "i", "pathOrInlineDv": z85(inline), "sizeInBytes": len(inline)}
     files = [("a.parquet", None, {}, {**dv, "cardinality": 3})]
     uri = _write_table(tmp_path / "t", [_field("id", "long")], files, reader_features=[])
     with pytest.raises(CorruptLogError, match="deletes 2 rows"):
@@ -719,64 +659,3 @@ def test_mapping_property_ignored_without_the_feature(spark: SparkSession, tmp_p
         configuration={"delta.columnMapping.mode": "name"},
     )
     assert _ids(read_delta(spark, uri), "x") == [1]
-
-
-# --------------------------------------------------------------------------- DV decoder
-
-
-def test_z85_and_uuid_paths() -> None:
-    assert dvs.relative_dv_path("ab^-aqEH.-t@S}K{vb[*k^") == (
-        "ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin"
-    )
-    assert dvs.relative_dv_path("^-aqEH.-t@S}K{vb[*k^") == (
-        "deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin"
-    )
-    payload = bytes(range(40))
-    assert dvs.z85_decode(_z85(payload)) == payload
-    with pytest.raises(CorruptLogError):
-        dvs.z85_decode("abc")
-    with pytest.raises(CorruptLogError):
-        dvs.z85_decode("abc~~")
-    with pytest.raises(CorruptLogError):
-        dvs.z85_decode("abcdé")
-
-
-def test_inline_dv_of_the_delta_kernels() -> None:
-    inline = "^Bg9^0rr910000000000iXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L"
-    rows = dvs.deleted_row_indexes(dvs.inline_dv_bytes(inline, 44))
-    assert rows.tolist() == [3, 4, 7, 11, 18, 29]
-
-
-@pytest.mark.parametrize("runs", [False, True])
-def test_bitmap_containers_and_buckets(runs: bool) -> None:
-    values = sorted(
-        {
-            *range(0, 5000),  # a bitmap container (over 4096 values)
-            *range(70000, 70010),  # an array container
-            *range(200000, 200003),
-            *range(300000, 300100, 7),
-            (5 << 32) + 17,  # a second 32-bit bucket
-            (5 << 32) + (3 << 16),
-        }
-    )
-    rows = dvs.deleted_row_indexes(_portable_bitmap(values, runs=runs))
-    assert rows.dtype == np.uint64
-    assert rows.tolist() == values
-
-
-def test_native_format_and_corruption() -> None:
-    body = _roaring32({0: [1, 5]}, runs=False)
-    native = struct.pack("<III", dvs.NATIVE_MAGIC_NUMBER, 1, len(body)) + body
-    assert dvs.deleted_row_indexes(native).tolist() == [1, 5]
-    portable = _portable_bitmap([1, 5])
-    with pytest.raises(CorruptLogError, match="truncated"):
-        dvs.deleted_row_indexes(portable[:-1])
-    with pytest.raises(CorruptLogError, match="trailing"):
-        dvs.deleted_row_indexes(portable + b"\0")
-    with pytest.raises(DeltaProtocolError, match="magic"):
-        dvs.deleted_row_indexes(b"\0" * 12)
-    framed = b"\x01" + struct.pack(">i", len(portable)) + portable + b"\0\0\0\0"
-    with pytest.raises(CorruptLogError, match="checksum"):
-        dvs.dv_bytes_from_file(framed, 1, len(portable), "f.bin")
-    with pytest.raises(CorruptLogError, match="outside"):
-        dvs.dv_bytes_from_file(framed, 1, len(portable) + 10, "f.bin")
