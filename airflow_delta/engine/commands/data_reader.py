@@ -12,16 +12,30 @@ the Spark data plane:
   differ only in layout: other writers store Arrow view types (`string_view`, `binary_view`,
   `list_view`: deltalake 1.6's MERGE and UPDATE do) or large types (`large_string`,
   `large_binary`, `large_list`), at any depth of lists, structs and maps, and dictionary
-  encoded columns. The values are the same; the table's type is the regular one.
+  encoded columns. The values are the same; the table's type is the regular one;
+- `FileReader` reads the data files of a transaction's snapshot as the table's columns, with
+  their partition values, leaving out the rows their deletion vectors delete when asked (the
+  in-process MERGE, DELETE and UPDATE read through it).
 """
 
 from __future__ import annotations
 
-from typing import TypeAlias
+import json
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorReader
+from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.protocol.schema import parse_partition_value
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 ArrowColumn: TypeAlias = pa.Array | pa.ChunkedArray
 
@@ -195,3 +209,113 @@ def _relayout(array: pa.Array, target: pa.DataType) -> pa.Array:
         return pa.MapArray.from_arrays(offsets_array, keys, items, type=target, mask=mask)
     values = _relayout(values, target.value_type)
     return pa.ListArray.from_arrays(offsets_array, values, type=target, mask=mask)
+
+
+# -- data files of a snapshot -------------------------------------------------------------
+
+
+class FileReader:
+    """Reads data files of one transaction's snapshot as the table's columns (partition values
+    included), rows deleted by a file's deletion vector left out when asked.
+
+    `table` is the Arrow schema the columns are read as (the table's logical types);
+    `lengths` holds the rows per file of the last `read`.
+    """
+
+    def __init__(self, txn: OptimisticTransaction, table: pa.Schema) -> None:
+        self.txn = txn
+        self.table = table
+        self.partition_columns = list(txn.metadata.partition_columns)
+        self.store = txn.location.store
+        self.root = txn.location.root
+        self.lengths = np.zeros(0, dtype=np.int64)
+        self.deletion_vectors = DeletionVectorReader(txn.location, txn.read_version)
+        fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
+        self._delta_types = {f["name"]: f["type"] for f in fields}
+
+    def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
+        """The `columns` of every row of `files` (ADD_TYPE) that their deletion vectors keep,
+        in file order; sets `lengths` (rows kept per file)."""
+        paths = pc.struct_field(files, "path").to_pylist()
+        values = pc.struct_field(files, "partitionValues").to_pylist()
+        dvs = pc.struct_field(files, "deletionVector").to_pylist()
+
+        def one(i: int) -> pa.Table:
+            table = self.read_file(paths[i], values[i], columns)
+            if dvs[i] is None:
+                return table
+            return table.filter(pa.array(self.kept(dvs[i], table.num_rows)))
+
+        with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
+            tables = list(pool.map(one, range(len(paths))))
+        self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
+        if not tables:
+            return self.table.empty_table().select(list(columns))
+        return pa.concat_tables(tables)
+
+    def kept(self, dv: Mapping[str, Any] | None, rows: int) -> npt.NDArray[np.bool_]:
+        """Per row of a file of `rows` rows: whether its deletion vector `dv` keeps it."""
+        keep = np.ones(rows, dtype=bool)
+        if dv is not None:
+            deleted = self.deletion_vectors.read(dv)
+            if len(deleted) and int(deleted[-1]) >= rows:
+                raise CorruptLogError(
+                    f"Table {self.txn.table} version {self.txn.read_version}: a deletion vector "
+                    f"deletes row {int(deleted[-1])} of a file of {rows} rows"
+                )
+            keep[deleted.astype(np.int64)] = False
+        return keep
+
+    def read_file(self, path: str, partition: Any, columns: Sequence[str]) -> pa.Table:
+        """The `columns` of every row of the data file at `path` (as the log names it, its
+        deletion vector not applied) whose partition values are `partition` (the log's map, as
+        key-value pairs). Columns are read as the table's types (`conform`: view and large
+        types of other writers; other types cast, as after type widening)."""
+        location = self.store.file_path(
+            self.root, path, table=self.txn.table, version=self.txn.read_version
+        )
+        data = [c for c in columns if c not in self.partition_columns]
+        try:
+            with self.store.open_input(location) as f:
+                file = pq.ParquetFile(f, memory_map=self.store.is_local)
+                names = {n.lower(): n for n in file.schema_arrow.names}
+                present = [names[c.lower()] for c in data if c.lower() in names]
+                read = file.read(columns=present, use_threads=False)
+        except FileNotFoundError:
+            raise self.txn.snapshot.missing_data_file(path) from None
+        given = dict(partition or [])
+        arrays = []
+        for name in columns:
+            field = self.table.field(name)
+            found = names.get(name.lower())
+            if name in self.partition_columns:
+                value = parse_partition_value(given.get(name), self._delta_types[name])
+                arrays.append(repeat_scalar(pa.scalar(value, field.type), read.num_rows))
+            elif found is None:
+                arrays.append(pa.nulls(read.num_rows, field.type))
+            else:
+                arrays.append(_as_type(read.column(found), field, path))
+        return pa.Table.from_arrays(
+            arrays, schema=pa.schema([self.table.field(c) for c in columns])
+        )
+
+
+def repeat_scalar(value: pa.Scalar, rows: int) -> pa.Array:
+    """`value` repeated `rows` times (vectorised)."""
+    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
+
+
+def _as_type(column: ArrowColumn, field: pa.Field, path: str) -> ArrowColumn:
+    """A column of a data file as the table's type: `conform`, else a cast (timestamps are
+    truncated to microseconds, as in Spark); an impossible cast names the file and column."""
+    if same_family(column.type, field.type):
+        return conform(column, field.type)
+    if pa.types.is_dictionary(column.type):
+        column = pc.cast(column, column.type.value_type)
+    try:
+        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(
+            f"data file {path}: cannot read column {field.name} ({column.type}) as "
+            f"{field.type}: {exc}"
+        ) from None

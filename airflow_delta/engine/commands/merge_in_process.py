@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.data_files import (
     DataFileWriter,
@@ -46,7 +45,12 @@ from airflow_delta.engine.commands.data_files import (
     add_files,
     partition_runs,
 )
-from airflow_delta.engine.commands.data_reader import conform, plain_table, same_family
+from airflow_delta.engine.commands.data_reader import (
+    FileReader,
+    conform,
+    plain_table,
+    same_family,
+)
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -64,7 +68,6 @@ from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (
     arrow_type,
     delta_field_metadata,
-    parse_partition_value,
 )
 from airflow_delta.engine.txn.commit_types import CommitProperties
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
@@ -181,7 +184,7 @@ class ArrowMergeBuilder(MergeBuilder):
                 f"MERGE into {self.target_uri}: {size / 1024**3:.1f} GiB of candidate files is "
                 f"more than the in-process MERGE reads ({MAX_IN_PROCESS_BYTES / 1024**3:.0f} GiB)"
             )
-        reader = _FileReader(txn, table)
+        reader = FileReader(txn, table)
         literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
         found = self._find_touched_files_in_process(reader, files, source, keys, literal, clauses)
         touched = files.filter(pa.array(found.touched))
@@ -206,7 +209,7 @@ class ArrowMergeBuilder(MergeBuilder):
 
     def _find_touched_files_in_process(
         self,
-        reader: _FileReader,
+        reader: FileReader,
         files: pa.StructArray,
         source: pa.Table,
         keys: list[tuple[str, str]],
@@ -272,7 +275,7 @@ class ArrowMergeBuilder(MergeBuilder):
 
     def _changes_in_process(
         self,
-        reader: _FileReader,
+        reader: FileReader,
         files: pa.StructArray,
         found: _Matches,
         source: pa.Table,
@@ -314,7 +317,7 @@ class ArrowMergeBuilder(MergeBuilder):
 
     @staticmethod
     def _file_changes(
-        reader: _FileReader,
+        reader: FileReader,
         file: tuple[str, Any],
         rows: slice,
         pairs: slice,
@@ -470,61 +473,6 @@ def merge_arrow(
 
 
 # -- reading and writing data files ----------------------------------------------------------
-
-
-class _FileReader:
-    """Reads data files of one snapshot as the table's columns (partition values included)."""
-
-    def __init__(self, txn: OptimisticTransaction, table: pa.Schema) -> None:
-        self.txn = txn
-        self.table = table
-        self.partition_columns = list(txn.metadata.partition_columns)
-        self.store = txn.location.store
-        self.root = txn.location.root
-        self.lengths = np.zeros(0, dtype=np.int64)
-
-    def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
-        """The `columns` of every row of `files`, in file order; sets `lengths` (rows/file)."""
-        paths = pc.struct_field(files, "path").to_pylist()
-        values = pc.struct_field(files, "partitionValues").to_pylist()
-        with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
-            tables = list(pool.map(lambda p, v: self.read_file(p, v, columns), paths, values))
-        self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
-        if not tables:
-            return self.table.empty_table().select(list(columns))
-        return pa.concat_tables(tables)
-
-    def read_file(self, path: str, partition: Any, columns: Sequence[str]) -> pa.Table:
-        """The `columns` of the data file at `path` (as the log names it) whose partition
-        values are `partition` (the log's map, as key-value pairs). Columns are read as the
-        table's types (`data_reader.conform`: view and large types of other writers)."""
-        location = self.store.file_path(
-            self.root, path, table=self.txn.table, version=self.txn.read_version
-        )
-        data = [c for c in columns if c not in self.partition_columns]
-        try:
-            with self.store.open_input(location) as f:
-                file = pq.ParquetFile(f, memory_map=self.store.is_local)
-                names = {n.lower(): n for n in file.schema_arrow.names}
-                present = [names[c.lower()] for c in data if c.lower() in names]
-                read = file.read(columns=present, use_threads=False)
-        except FileNotFoundError:
-            raise self.txn.snapshot.missing_data_file(path) from None
-        given = dict(partition or [])
-        arrays = []
-        for name in columns:
-            field = self.table.field(name)
-            found = names.get(name.lower())
-            if name in self.partition_columns:
-                value = parse_partition_value(given.get(name), _delta_type(self.txn, name))
-                arrays.append(_repeat(pa.scalar(value, field.type), read.num_rows))
-            elif found is None:
-                arrays.append(pa.nulls(read.num_rows, field.type))
-            else:
-                arrays.append(_cast(conform(read.column(found), field.type), field, path))
-        return pa.Table.from_arrays(
-            arrays, schema=pa.schema([self.table.field(c) for c in columns])
-        )
 
 
 def _file_mask(
@@ -687,8 +635,3 @@ def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
         raise UnsupportedMergeError(
             f"MERGE into {table}: the in-process MERGE cannot use {sql} as {type_}: {exc}"
         ) from None
-
-
-def _delta_type(txn: OptimisticTransaction, column: str) -> Any:
-    fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
-    return next(f["type"] for f in fields if f["name"] == column)
