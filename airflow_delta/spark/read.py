@@ -123,12 +123,12 @@ def read_delta(
     >>> read_delta(spark, "/data/events", filter="event_id = 42")  # doctest: +SKIP
     """
     snapshot = DeltaLog.for_table(uri, storage_options).snapshot_at(version, timestamp)
-    files = snapshot.files()
+    conditions = [filter] if isinstance(filter, str) else list(filter or [])
+    files = snapshot.files(stats=bool(conditions))  # stats only to skip files by them
     if partition_filter is not None:
         predicate = parse_predicates(partition_filter, _partition_types(snapshot))
         if not predicate.matches_all():
             files = files.filter(predicate.evaluate(files))
-    conditions = [filter] if isinstance(filter, str) else list(filter or [])
     for condition in conditions:
         try:
             skipping = parse_file_predicates(

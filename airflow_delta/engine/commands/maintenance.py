@@ -175,7 +175,7 @@ def _referenced(table: str, root: FileLocation, snapshot: Snapshot, cutoff: int)
     tombstones = tombstones.filter(pc.greater_equal(removed_at, scalar(cutoff, pa.int64())))
     referenced: set[str] = set()
     dv_paths: list[str] = []
-    for files in (snapshot.files(), tombstones):
+    for files in (snapshot.files(stats=False), tombstones):
         referenced.update(referenced_keys(root, files.field("path")))
         dvs = files.field("deletionVector")
         if dvs.null_count == len(dvs):
@@ -381,7 +381,7 @@ def check_manifest_support(snapshot: Snapshot) -> None:
             "or empty columns. Read the table through a Delta Lake connector instead, and unset "
             "delta.compatibility.symlinkFormatManifest.enabled."
         )
-    dv_files = snapshot.files().field("deletionVector")
+    dv_files = snapshot.files(stats=False).field("deletionVector")
     dv_enabled = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
     if dv_enabled or dv_files.null_count != len(dv_files):
         why = (
@@ -431,7 +431,7 @@ def _touched_partitions(
             else:
                 unknown.add(unquote(action.path))
     if unknown:
-        files = read_snapshot.files()
+        files = read_snapshot.files(stats=False)
         paths = [unquote(p) for p in files.field("path").to_pylist()]
         values = files.field("partitionValues").to_pylist()
         for path, pairs in zip(paths, values, strict=True):
@@ -446,7 +446,7 @@ def _manifest_contents(
 ) -> dict[str, bytes]:
     """Manifest bytes by partition dir ("" when unpartitioned), for `partitions` (None: all)."""
     columns = snapshot.partition_columns
-    files = snapshot.files()
+    files = snapshot.files(stats=False)
     root_uri = table_root_uri(location)
     paths = files.field("path").to_pylist()
     if columns:

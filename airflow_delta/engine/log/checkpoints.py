@@ -8,7 +8,6 @@ A checkpoint holds one action per row, each action in its own struct column (`ad
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,7 +42,13 @@ from airflow_delta.engine.protocol.actions import (
     SetTransaction,
     Sidecar,
 )
-from airflow_delta.engine.protocol.columnar import array_from_pylist, bool_mask, concat, contiguous
+from airflow_delta.engine.protocol.columnar import (
+    array_from_pylist,
+    bool_mask,
+    concat,
+    contiguous,
+    lazy_nulls,
+)
 from airflow_delta.engine.protocol.log_json import parse_json
 
 log = logging.getLogger(__name__)
@@ -67,7 +72,7 @@ def conform(arr: pa.Array, target: pa.StructType) -> pa.StructArray:
     for f in target:
         idx = arr.type.get_field_index(f.name)
         if idx < 0:
-            children.append(pa.nulls(len(arr), f.type))
+            children.append(lazy_nulls(len(arr), f.type))
             continue
         child = arr.field(idx)
         if pa.types.is_struct(f.type):
@@ -82,9 +87,9 @@ def conform(arr: pa.Array, target: pa.StructType) -> pa.StructArray:
 _FILE_COLUMNS = ("add", "remove")
 
 
-def _projection(schema: pa.Schema, file_actions: bool) -> list[str]:
+def _projection(schema: pa.Schema, file_actions: bool, stats: bool = True) -> list[str]:
     """Dotted paths of the checkpoint fields this engine reads that the file has: those of the
-    file actions, or those of every other action."""
+    file actions (with or without the AddFiles' stats), or those of every other action."""
     columns = []
     for name, wanted in _READ_COLUMNS.items():
         if (name in _FILE_COLUMNS) != file_actions:
@@ -95,11 +100,19 @@ def _projection(schema: pa.Schema, file_actions: bool) -> list[str]:
         have = schema.field(idx).type
         if not pa.types.is_struct(have):
             continue
-        columns += [f"{name}.{f.name}" for f in wanted if have.get_field_index(f.name) >= 0]
-        no_json_stats = have.get_field_index("stats") < 0
-        if name == "add" and no_json_stats and have.get_field_index("stats_parsed") >= 0:
-            columns.append("add.stats_parsed")
+        fields = [f.name for f in wanted if have.get_field_index(f.name) >= 0]
+        if name == "add":
+            fields = [n for n in fields if n != "stats"] + _stats_fields(have)[: int(stats)]
+        columns += [f"{name}.{n}" for n in fields]
     return columns
+
+
+def _stats_fields(add: pa.StructType) -> list[str]:
+    """The field that holds an AddFile's stats: `stats` (JSON), else `stats_parsed`."""
+    for name in ("stats", "stats_parsed"):
+        if add.get_field_index(name) >= 0:
+            return [name]
+    return []
 
 
 def _stats_from_parsed(adds: pa.StructArray) -> pa.StructArray:
@@ -121,23 +134,36 @@ def _stats_from_parsed(adds: pa.StructArray) -> pa.StructArray:
 
 
 def _read_parquet_actions(
-    store: LogStore, path: str, file_actions: bool, pf: pq.ParquetFile | None = None
+    store: LogStore, path: str, pf: pq.ParquetFile, columns: list[str]
 ) -> pa.Table:
     try:
-        pf = pf or store.open_parquet(path)
-        return pf.read(columns=_projection(pf.schema_arrow, file_actions), use_threads=True)
+        return pf.read(columns=columns, use_threads=True)
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException) as exc:
         raise CorruptLogError(f"checkpoint file {path} cannot be read: {exc}") from None
 
 
-def _rows(table: pa.Table, name: str, type_: pa.StructType) -> list[dict[str, Any]]:
-    """The non-null rows of a small action column as JSON-shaped dicts."""
-    if name not in table.column_names:
+def _small_actions(path: str, pf: pq.ParquetFile) -> dict[str, pa.Array]:
+    """The non-null rows of each non-file action column (protocol, metaData, txn...): read a
+    batch at a time, keeping only the few non-null rows, so memory does not grow with the
+    number of files."""
+    columns = _projection(pf.schema_arrow, file_actions=False)
+    pieces: dict[str, list[pa.Array]] = {}
+    if columns:
+        for t in _read_in_batches(path, pf, columns):
+            for name in t.column_names:
+                col = contiguous(t.column(name))
+                if col.null_count < len(col):
+                    pieces.setdefault(name, []).append(_valid_rows(col))
+    return {name: pa.concat_arrays(parts) for name, parts in pieces.items()}
+
+
+def _rows(actions: dict[str, pa.Array], name: str, type_: pa.StructType) -> list[dict[str, Any]]:
+    """The rows of a small action column as JSON-shaped dicts."""
+    if name not in actions:
         return []
-    col = contiguous(table.column(name))
-    return [_json_shape(r) for r in conform(_valid_rows(col), type_).to_pylist()]
+    return [_json_shape(r) for r in conform(actions[name], type_).to_pylist()]
 
 
 def _json_shape(value: Any) -> Any:
@@ -202,7 +228,7 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
                 raise
             raise CorruptLogError(f"checkpoint file {f.path} cannot be read: {exc}") from None
         parquet_parts.append((f.path, pf))
-        t = _read_parquet_actions(store, f.path, file_actions=False, pf=pf)
+        t = _small_actions(f.path, pf)
         for r in _rows(t, "protocol", PROTOCOL_TYPE):
             batch.protocol = Protocol.from_json_dict(r)
         for r in _rows(t, "metaData", METADATA_TYPE):
@@ -248,21 +274,39 @@ class _CheckpointFileActions:
                 self.parquet[i] = (path, pf)
             yield path, pf
 
-    def read(self) -> FileActions:
-        """Every file action, read whole."""
+    def read(self, stats: bool = True) -> FileActions:
+        """Every file action, read whole; without `stats` the AddFiles' stats are left null
+        (unread: `read_stats` reads them)."""
         tables = list(self.json_tables)
         for path, pf in self._parquet_files():
-            tables.append(_read_parquet_actions(self.store, path, file_actions=True, pf=pf))
+            columns = _projection(pf.schema_arrow, file_actions=True, stats=stats)
+            tables.append(_read_parquet_actions(self.store, path, pf, columns))
         return _file_actions(tables, "add", ADD_TYPE), _file_actions(tables, "remove", REMOVE_TYPE)
 
-    def read_in_batches(self) -> Iterator[FileActions]:
-        """The same actions, `READ_BATCH_ROWS` rows of the parquet files at a time."""
-        tables: Iterator[pa.Table] = iter(self.json_tables)
+    def _tables(self) -> Iterator[pa.Table]:
+        """The JSON parts' tables, then the parquet files' batches of file actions."""
+        yield from self.json_tables
         for path, pf in self._parquet_files():
             columns = _projection(pf.schema_arrow, file_actions=True)
             if columns:
-                tables = itertools.chain(tables, _read_in_batches(path, pf, columns))
-        for t in tables:
+                yield from _read_in_batches(path, pf, columns)
+
+    def read_stats(self) -> pa.StringArray:
+        """The stats of every AddFile, in the order `read` returns them."""
+        tables = [t.select(["add"]) for t in self.json_tables]
+        for path, pf in self._parquet_files():
+            add = pf.schema_arrow.field("add").type if "add" in pf.schema_arrow.names else None
+            columns = [f"add.{name}" for name in _stats_fields(add)] if add else []
+            if columns:
+                tables.append(_read_parquet_actions(self.store, path, pf, columns))
+            elif add is not None:  # no stats at all: read a small column for the row count
+                tables.append(_read_parquet_actions(self.store, path, pf, ["add.size"]))
+        stats_only = pa.struct([("stats", pa.string())])
+        return _file_actions(tables, "add", stats_only).field("stats")
+
+    def read_in_batches(self) -> Iterator[FileActions]:
+        """The same actions, `READ_BATCH_ROWS` rows of the parquet files at a time."""
+        for t in self._tables():
             yield _file_actions([t], "add", ADD_TYPE), _file_actions([t], "remove", REMOVE_TYPE)
 
     def max_rows(self) -> int:

@@ -37,6 +37,7 @@ from airflow_delta.engine.protocol.columnar import (
     array_from_pylist,
     bool_mask,
     concat,
+    concat_consuming,
     int_values,
     scalar,
 )
@@ -48,8 +49,12 @@ FileActions = tuple[pa.StructArray, pa.StructArray]
 class UnreadFileActions(Interface):
     """A checkpoint's file actions, not read yet: read whole, or streamed in bounded pieces."""
 
-    def read(self) -> FileActions:
-        """Every AddFile and RemoveFile of the checkpoint, in its order."""
+    def read(self, stats: bool = True) -> FileActions:
+        """Every AddFile and RemoveFile of the checkpoint, in its order (without `stats`, the
+        AddFiles' stats are null: not read)."""
+
+    def read_stats(self) -> pa.StringArray:
+        """The stats of every AddFile, in the order `read` returns them."""
 
     def read_in_batches(self) -> Iterator[FileActions]:
         """The same actions in the same order, a bounded number of rows at a time."""
@@ -66,6 +71,8 @@ class LogBatch:
     `json_commits` decoded it; the per-line parser leaves them parsed JSON rows until replay
     converts the rows of every such commit in one go. `add_lines`/`remove_lines` give each
     action's position in the commit, so that an add and a remove of one file resolve in order.
+    A checkpoint's file actions are read when first needed, its AddFiles' stats only when a
+    caller asks for them, and `release_files` drops them again (they are re-read if needed).
     """
 
     source: str = ""
@@ -84,32 +91,51 @@ class LogBatch:
     sidecars: list[Sidecar] = field(default_factory=list)
     checkpoint_metadata: CheckpointMetadata | None = None
     is_checkpoint: bool = False
+    _read_from: UnreadFileActions | None = None
+    _stats_unread: bool = False
 
     @property
     def num_file_actions(self) -> int:
         """File actions in the batch (loads a checkpoint's file actions)."""
-        self._load_files()
+        self._load_files(stats=False)
         arrays = sum(len(a) for a in (self.adds, self.removes) if a is not None)
         return arrays + len(self.add_rows) + len(self.remove_rows)
 
-    def _load_files(self) -> None:
-        if self.unread_files is not None:
-            self.adds, self.removes = self.unread_files.read()
-            self.unread_files = None
+    def _load_files(self, stats: bool) -> None:
+        unread = self.unread_files
+        if unread is not None:
+            self.adds, self.removes = unread.read(stats=stats)
+            self._read_from, self.unread_files, self._stats_unread = unread, None, not stats
+        elif stats and self._stats_unread and self._read_from is not None and self.adds is not None:
+            self.adds = with_field(self.adds, "stats", self._read_from.read_stats())
+            self._stats_unread = False
 
-    def add_array(self) -> pa.StructArray:
-        """The AddFiles of this batch as ADD_TYPE structs."""
-        self._load_files()
+    def release_files(self) -> None:
+        """Drop the checkpoint's file actions read so far (read again when next needed)."""
+        if self._read_from is not None:
+            self.unread_files, self.adds, self.removes = self._read_from, None, None
+            self._read_from = None
+
+    def add_array(self, stats: bool = True) -> pa.StructArray:
+        """The AddFiles of this batch as ADD_TYPE structs (stats null unless `stats`)."""
+        self._load_files(stats)
         if self.adds is None:
             self.adds = _struct_array(self.add_rows, ADD_TYPE, self.source, "add")
         return self.adds
 
     def remove_array(self) -> pa.StructArray:
         """The RemoveFiles of this batch as REMOVE_TYPE structs."""
-        self._load_files()
+        self._load_files(stats=False)
         if self.removes is None:
             self.removes = _struct_array(self.remove_rows, REMOVE_TYPE, self.source, "remove")
         return self.removes
+
+
+def with_field(array: pa.StructArray, name: str, values: pa.Array) -> pa.StructArray:
+    """`array` with its field `name` replaced by `values` (no copy of the other fields)."""
+    children = [values if f.name == name else array.field(i) for i, f in enumerate(array.type)]
+    mask = array.is_null() if array.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(array.type), mask=mask)
 
 
 def _struct_array(
@@ -260,6 +286,7 @@ class InMemoryLogReplay:
         self._later: list[LogBatch] = []
         self._later_files: tuple[pa.StructArray, pa.StructArray, pa.Array] | None = None
         self._resolved: FileActions | None = None
+        self._resolved_with_stats = False
 
     def append(self, version: int, batch: LogBatch) -> None:
         """Add the actions of `version` to their registries."""
@@ -317,17 +344,31 @@ class InMemoryLogReplay:
         )
         return self._later_files
 
-    def _resolve(self) -> FileActions:
-        if self._resolved is None:
-            base_adds = self._base.add_array() if self._base else pa.nulls(0, ADD_TYPE)
-            base_removes = self._base.remove_array() if self._base else pa.nulls(0, REMOVE_TYPE)
+    def _resolve(self, stats: bool = True) -> FileActions:
+        """The active AddFiles and all RemoveFiles: the checkpoint's files unless a later action
+        names the same key, then the later winners. Without `stats`, a checkpoint's AddFiles
+        have null stats (not read). The checkpoint's arrays are released once resolved."""
+        if self._resolved is None or (stats and not self._resolved_with_stats):
+            self._resolved = None  # free the previous resolution before reading again
             later_adds, later_removes, later_keys = self._resolve_later()
-            # Base (checkpoint) files survive unless a later action names the same key.
+            adds, removes = [later_adds], [later_removes]
+            if self._base is not None:
+                adds.insert(0, _without_keys(self._base.add_array(stats), later_keys))
+                removes.insert(0, _without_keys(self._base.remove_array(), later_keys))
+                self._base.release_files()  # the lists hold the only references now
             self._resolved = (
-                concat([_without_keys(base_adds, later_keys), later_adds], ADD_TYPE),
-                concat([_without_keys(base_removes, later_keys), later_removes], REMOVE_TYPE),
+                concat_consuming(adds, ADD_TYPE),
+                concat_consuming(removes, REMOVE_TYPE),
             )
+            self._resolved_with_stats = stats or self._base is None
         return self._resolved
+
+    def _unread_base(self) -> UnreadFileActions | None:
+        """The checkpoint's file actions when they are still to be read for a full state (not
+        resolved yet, or resolved without their stats)."""
+        if self._base is None or (self._resolved is not None and self._resolved_with_stats):
+            return None
+        return self._base.unread_files
 
     def file_actions_in_batches(self) -> Iterator[FileActions]:
         """The active AddFiles and the retained tombstones, in pieces.
@@ -336,7 +377,7 @@ class InMemoryLogReplay:
         pieces and not kept (so writing a checkpoint holds one piece at a time), followed by the
         later commits' winners. Otherwise the resolved state is one piece.
         """
-        unread = self._base.unread_files if self._base and self._resolved is None else None
+        unread = self._unread_base()
         if unread is None:
             yield self.active_files(), self.get_tombstones()
             return
@@ -348,19 +389,20 @@ class InMemoryLogReplay:
 
     def max_file_actions(self) -> int:
         """An upper bound of the number of pieces' rows `file_actions_in_batches` yields."""
-        unread = self._base.unread_files if self._base and self._resolved is None else None
+        unread = self._unread_base()
         if unread is None:
             return len(self.active_files()) + len(self.get_tombstones())
         later_adds, later_removes, _ = self._resolve_later()
         return unread.max_rows() + len(later_adds) + len(later_removes)
 
-    def active_files(self) -> pa.StructArray:
-        """The AddFiles of the table's state, as ADD_TYPE structs."""
-        return self._resolve()[0]
+    def active_files(self, stats: bool = True) -> pa.StructArray:
+        """The AddFiles of the table's state, as ADD_TYPE structs (with null stats unless
+        `stats`, when they come from a checkpoint whose stats were not read yet)."""
+        return self._resolve(stats)[0]
 
     def get_tombstones(self) -> pa.StructArray:
         """RemoveFiles newer than minFileRetentionTimestamp, as REMOVE_TYPE structs."""
-        return self._retained(self._resolve()[1])
+        return self._retained(self._resolve(stats=False)[1])
 
     def _retained(self, removes: pa.StructArray) -> pa.StructArray:
         """The RemoveFiles newer than minFileRetentionTimestamp."""

@@ -163,9 +163,14 @@ class Snapshot:
 
     # -- files ---------------------------------------------------------------------------
 
-    def files(self) -> pa.StructArray:
-        """The active AddFiles as ADD_TYPE structs (columnar; no per-file objects)."""
-        return self._replay.active_files()
+    def files(self, stats: bool = True) -> pa.StructArray:
+        """The active AddFiles as ADD_TYPE structs (columnar; no per-file objects).
+
+        With `stats=False` the files of the checkpoint come without their stats (null), which
+        are most of a large table's memory: for callers that need only paths, sizes,
+        partition values or deletion vectors. Stats are read when a caller first asks.
+        """
+        return self._replay.active_files(stats)
 
     def file_actions_in_batches(self) -> Iterator[FileActions]:
         """The active AddFiles and the tombstones within retention, in pieces: what a
@@ -186,11 +191,11 @@ class Snapshot:
 
     @property
     def num_files(self) -> int:
-        return len(self.files())
+        return len(self.files(stats=False))
 
     @cached_property
     def size_in_bytes(self) -> int:
-        return int(pc.sum(self.files().field("size")).as_py() or 0)
+        return int(pc.sum(self.files(stats=False).field("size")).as_py() or 0)
 
     @cached_property
     def num_records(self) -> int | None:

@@ -150,3 +150,63 @@ def bool_values(arr: pa.Array) -> np.ndarray:
         return np.zeros(len(arr), dtype=bool)
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
     return bits[arr.offset : arr.offset + len(arr)].astype(bool)
+
+
+def lazy_nulls(n: int, type_: pa.DataType) -> pa.Array:
+    """`n` nulls of `type_` over zero-filled numpy buffers, which the OS maps lazily: a column
+    a checkpoint does not have (deletion vectors, row ids...) costs no resident memory."""
+    if not n or not (
+        pa.types.is_primitive(type_)
+        or pa.types.is_string(type_)
+        or pa.types.is_binary(type_)
+        or pa.types.is_struct(type_)
+        or pa.types.is_list(type_)
+        or pa.types.is_map(type_)
+    ):
+        return pa.nulls(n, type_)
+    validity = pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))
+    if pa.types.is_struct(type_):
+        children = [lazy_nulls(n, f.type) for f in type_]
+        return pa.Array.from_buffers(type_, n, [validity], null_count=n, children=children)
+    if pa.types.is_list(type_) or pa.types.is_map(type_):
+        offsets = pa.py_buffer(np.zeros(n + 1, dtype=np.int32))
+        child_type = (
+            type_.value_type
+            if pa.types.is_list(type_)
+            else pa.struct([type_.key_field, type_.item_field])
+        )
+        children = [pa.nulls(0, child_type)]
+        return pa.Array.from_buffers(type_, n, [validity, offsets], null_count=n, children=children)
+    if pa.types.is_string(type_) or pa.types.is_binary(type_):
+        offsets = pa.py_buffer(np.zeros(n + 1, dtype=np.int32))
+        return pa.Array.from_buffers(type_, n, [validity, offsets, pa.py_buffer(b"")], null_count=n)
+    width = type_.bit_width
+    data = pa.py_buffer(np.zeros((n * width + 7) // 8, dtype=np.uint8))
+    return pa.Array.from_buffers(type_, n, [validity, data], null_count=n)
+
+
+def concat_consuming(arrays: list[pa.Array], type_: pa.DataType) -> pa.Array:
+    """`concat` for large arrays: empties the list `arrays`, then copies a struct field by
+    field, so that each field of the inputs is freed once copied (when nothing else holds the
+    inputs, memory peaks at the result plus one field, not at twice the result). A field null
+    in every input stays `lazy_nulls`."""
+    parts = [a for a in arrays if len(a)]
+    arrays.clear()
+    if len(parts) <= 1 or not pa.types.is_struct(type_):
+        return concat(parts, type_)
+    n = sum(len(p) for p in parts)
+    mask = (
+        pa.concat_arrays([p.is_null() for p in parts]) if any(p.null_count for p in parts) else None
+    )
+    fields: list[list[pa.Array] | None] = [
+        [p.field(i) for p in parts] for i in range(type_.num_fields)
+    ]
+    del parts
+    children = []
+    for i, f in enumerate(type_):
+        pieces, fields[i] = fields[i] or [], None
+        if all(p.null_count == len(p) for p in pieces):
+            children.append(lazy_nulls(n, f.type))
+        else:
+            children.append(concat_consuming(pieces, f.type))
+    return pa.StructArray.from_arrays(children, fields=list(type_), mask=mask)

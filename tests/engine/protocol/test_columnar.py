@@ -9,7 +9,12 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine.protocol.action_types import ADD_TYPE, METADATA_TYPE, PROTOCOL_TYPE
-from airflow_delta.engine.protocol.columnar import array_from_pylist, scalar
+from airflow_delta.engine.protocol.columnar import (
+    array_from_pylist,
+    concat_consuming,
+    lazy_nulls,
+    scalar,
+)
 from tests.delta_log_builder import make_table, write_commit
 from tests.pandas_free import imports_pandas
 
@@ -103,3 +108,45 @@ def test_load_and_checkpoint_do_not_import_pandas(tmp_path: Path) -> None:
         "print('pandas' in sys.modules)\n"
     )
     assert not imports_pandas(script)
+
+
+@pytest.mark.parametrize(
+    "type_",
+    [
+        pa.int64(),
+        pa.int32(),
+        pa.bool_(),
+        pa.string(),
+        pa.binary(),
+        pa.list_(pa.string()),
+        pa.map_(pa.string(), pa.string()),
+        ADD_TYPE,
+    ],
+    ids=str,
+)
+def test_lazy_nulls_are_nulls_without_resident_memory(type_) -> None:
+    small = lazy_nulls(5, type_)
+    small.validate(full=True)
+    assert small.equals(pa.nulls(5, type_))
+    before = pa.total_allocated_bytes()
+    big = lazy_nulls(1_000_000, type_)
+    assert big.null_count == 1_000_000
+    assert pa.total_allocated_bytes() - before < 10_000  # numpy zero pages, not arrow's pool
+
+
+def test_concat_consuming_is_concat_and_empties_its_input() -> None:
+    rows = ROWS[ADD_TYPE]
+    pieces = [array_from_pylist(rows, ADD_TYPE), array_from_pylist(rows * 2, ADD_TYPE)]
+    expected = pa.concat_arrays(pieces)
+    pieces.append(pa.nulls(0, ADD_TYPE))
+    result = concat_consuming(pieces, ADD_TYPE)
+    result.validate(full=True)
+    assert result.equals(expected) and pieces == []
+
+
+def test_concat_consuming_keeps_all_null_fields_lazy() -> None:
+    pieces = [lazy_nulls(500_000, ADD_TYPE), lazy_nulls(500_000, ADD_TYPE)]
+    before = pa.total_allocated_bytes()
+    result = concat_consuming(pieces, ADD_TYPE)
+    assert result.field("deletionVector").null_count == 1_000_000
+    assert pa.total_allocated_bytes() - before < 2**20  # the struct's validity, no field copied
