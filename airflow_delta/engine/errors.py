@@ -120,6 +120,11 @@ class UnsupportedMergeError(DeltaError):
     """The in-process executor cannot run this MERGE; the Spark MERGE can (nothing written)."""
 
 
+class UnsupportedCommandError(DeltaError):
+    """The in-process DELETE or UPDATE cannot run this (an expression beyond the engine's
+    evaluator, a table whose data needs more than pyarrow); nothing was written."""
+
+
 class VacuumRetentionError(DeltaError, ValueError):
     """VACUUM was asked for a retention shorter than the table's deleted-file retention."""
 

@@ -1,8 +1,8 @@
 """TransactionalWrite's data files: rows become parquet files with Delta stats, on pyarrow.
 
 Every writer of this project writes through `DataFileWriter`: the Spark tasks of
-`spark/write.py` (inside `mapInArrow`, one writer per task) and the in-process MERGE of
-`engine/commands/merge.py`. A writer takes rows sorted by partition, writes them through fsspec
+`spark/write.py` (inside `mapInArrow`, one writer per task), and the in-process commands
+(MERGE, DELETE, UPDATE) through `write_tasks`, which runs writers on a thread per core. A writer takes rows sorted by partition, writes them through fsspec
 under Hive-style partition directories (`part-<task>-<uuid>.c<n>.snappy.parquet`, rolled at the
 target file size), computes each file's stats from the rows it is given, and returns one row
 (`FILE_ROW_SCHEMA`) per file; `add_files` turns those rows into AddFiles.
@@ -24,11 +24,13 @@ import decimal
 import itertools
 import json
 import math
+import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
@@ -36,6 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
@@ -46,6 +50,9 @@ from airflow_delta.engine.protocol.schema import (
     partition_path,
     serialize_partition_value,
 )
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
 #: Uncompressed Arrow bytes buffered before they are written as one parquet row group.
@@ -430,3 +437,56 @@ def add_files(rows: Sequence[Mapping[str, Any]]) -> list[AddFile]:
         )
         for r in rows
     ]
+
+
+def write_tasks(
+    txn: OptimisticTransaction,
+    tasks: Sequence[Callable[[], pa.Table]],
+    not_null: Sequence[str],
+    operation: str,
+) -> list[AddFile]:
+    """Run the `tasks` in parallel (a thread per core), each writing the rows it gives (the
+    table's columns, logical names) to its own data files of `txn`'s table; their AddFiles.
+    A NULL in a `not_null` column fails the write (ConstraintViolationError naming the
+    `operation`) and every file written is removed."""
+    txn.has_written = True
+    metadata = txn.metadata
+    plan = WritePlan.for_table(txn.location, metadata)
+    writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
+    fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
+    types = {f["name"]: f["type"] for f in fields}
+    columns = list(metadata.partition_columns)
+
+    def write(task: int) -> list[dict[str, Any]]:
+        output = tasks[task]()
+        for name in not_null:
+            if output.column(name).null_count:
+                raise ConstraintViolationError(
+                    f"NOT NULL constraint on column {name} ({quote_identifier(name)} IS NOT "
+                    f"NULL) violated by a row of the {operation} of {txn.table}",
+                    f"NOT NULL({name})",
+                    f"{quote_identifier(name)} IS NOT NULL",
+                )
+        for c in columns:
+            if types[c] == "string":  # "" is a null partition value: group it with the nulls
+                column = output.column(c)
+                index = output.schema.get_field_index(c)
+                output = output.set_column(index, c, pc.if_else(pc.equal(column, ""), None, column))
+        if columns:
+            keys = [(c, "ascending", "at_end") for c in columns]
+            output = output.take(pc.sort_indices(output, sort_keys=keys))
+        writer = writers[task]
+        for batch in output.to_batches():
+            if batch.num_rows:
+                for values, rows in partition_runs(plan, batch):
+                    writer.add(values, rows)
+        return writer.finish()
+
+    try:
+        with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1)) as pool:
+            rows = [r for result in pool.map(write, range(len(tasks))) for r in result]
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    return add_files(rows)

@@ -28,10 +28,8 @@ import decimal
 import functools
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,12 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.commands.data_files import (
-    DataFileWriter,
-    WritePlan,
-    add_files,
-    partition_runs,
-)
+from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import (
     FileReader,
     conform,
@@ -60,9 +53,8 @@ from airflow_delta.engine.commands.merge import (
     MergeClause,
     arrow_table,
 )
-from airflow_delta.engine.errors import ConstraintViolationError, UnsupportedMergeError
+from airflow_delta.engine.errors import UnsupportedMergeError
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
-from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.schema import (
@@ -189,7 +181,7 @@ class ArrowMergeBuilder(MergeBuilder):
         found = self._find_touched_files_in_process(reader, files, source, keys, literal, clauses)
         touched = files.filter(pa.array(found.touched))
         tasks = self._changes_in_process(reader, files, found, source, clauses)
-        adds = _write_tasks(txn, tasks, self._not_null(txn)) if tasks else []
+        adds = write_tasks(txn, tasks, self._not_null(txn), "MERGE") if tasks else []
         position = {MATCHED: 0, NOT_MATCHED_BY_SOURCE: 0}
         per_clause = []
         for clause in self.clauses:
@@ -506,55 +498,6 @@ def _match(
     second = pa.table([*right, srows], names=[*names, "srow"])
     joined = first.join(second, keys=names, join_type="inner", use_threads=True)
     return joined.select(["row", "srow"])
-
-
-def _write_tasks(
-    txn: OptimisticTransaction, tasks: list[Callable[[], pa.Table]], not_null: list[str]
-) -> list[Any]:
-    """Run the `tasks` in parallel, each writing the rows it gives (the table's columns) to
-    its own data files; their AddFiles. A NULL in a `not_null` column fails the write and
-    every file written is removed."""
-    txn.has_written = True
-    metadata = txn.metadata
-    plan = WritePlan.for_table(txn.location, metadata)
-    writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
-    fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
-    types = {f["name"]: f["type"] for f in fields}
-    columns = list(metadata.partition_columns)
-
-    def write(task: int) -> list[dict[str, Any]]:
-        output = tasks[task]()
-        for name in not_null:
-            if output.column(name).null_count:
-                raise ConstraintViolationError(
-                    f"NOT NULL constraint on column {name} ({quote_identifier(name)} IS NOT "
-                    f"NULL) violated by a row of the MERGE into {txn.table}",
-                    f"NOT NULL({name})",
-                    f"{quote_identifier(name)} IS NOT NULL",
-                )
-        for c in columns:
-            if types[c] == "string":  # "" is a null partition value: group it with the nulls
-                column = output.column(c)
-                index = output.schema.get_field_index(c)
-                output = output.set_column(index, c, pc.if_else(pc.equal(column, ""), None, column))
-        if columns:
-            keys = [(c, "ascending", "at_end") for c in columns]
-            output = output.take(pc.sort_indices(output, sort_keys=keys))
-        writer = writers[task]
-        for batch in output.to_batches():
-            if batch.num_rows:
-                for values, rows in partition_runs(plan, batch):
-                    writer.add(values, rows)
-        return writer.finish()
-
-    try:
-        with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1)) as pool:
-            rows = [r for result in pool.map(write, range(len(tasks))) for r in result]
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        raise
-    return add_files(rows)
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -77,6 +77,22 @@ def parse(
     return _Parser(text, partition_columns, data_columns).parse()
 
 
+def parse_value(text: str, columns: PartitionColumns) -> tuple[Expr, UsedColumns]:
+    """The expression tree of the value expression `text` over `columns` (name -> Delta type,
+    or schema field), and the columns it uses: a column, a literal (typed as Spark types it:
+    `5` a long, `1.5` a decimal, `'x'` a string, `DATE '...'`, `NULL` of type null), or a
+    condition (a boolean, NULL when unknown), as the right side of an UPDATE assignment.
+    Raises InvalidPredicateError as `parse` does, also for anything else (arithmetic, calls).
+
+    >>> parse_value("DATE '2024-01-02'", {})[0].type
+    DataType(date32[day])
+    """
+    parser = _Parser(text, {}, columns)
+    node = parser._or()
+    parser._expect("end", "an operator, AND, OR or the end of the expression")
+    return coerce(node, node.type), parser.used
+
+
 class _Parser:
     """A recursive-descent parser that resolves columns and types as it goes."""
 
