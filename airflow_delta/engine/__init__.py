@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_delta.engine.commands.dml import delete, update
     from airflow_delta.engine.delta_log import DeltaLog
     from airflow_delta.engine.log.checkpoints import CheckpointResult
     from airflow_delta.engine.log.log_segment import LogSegment
@@ -53,6 +54,8 @@ _HOMES = {
     "SetTransaction": "protocol.actions",
     "Snapshot": "log.snapshot",
     "TableLocation": "log.table_location",
+    "delete": "commands.dml",
+    "update": "commands.dml",
 }
 
 
@@ -89,4 +92,6 @@ __all__ = [
     "SetTransaction",
     "Snapshot",
     "TableLocation",
+    "delete",
+    "update",
 ]

@@ -2,10 +2,11 @@
 
 Every writer of this project writes through `DataFileWriter`: the Spark tasks of
 `spark/write.py` (inside `mapInArrow`, one writer per task), and the in-process commands
-(MERGE, DELETE, UPDATE) through `write_tasks`, which runs writers on a thread per core. A writer takes rows sorted by partition, writes them through fsspec
-under Hive-style partition directories (`part-<task>-<uuid>.c<n>.snappy.parquet`, rolled at the
-target file size), computes each file's stats from the rows it is given, and returns one row
-(`FILE_ROW_SCHEMA`) per file; `add_files` turns those rows into AddFiles.
+(MERGE, DELETE, UPDATE) through `write_tasks`, which runs writers on a thread per core. A
+writer takes rows sorted by partition, writes them through fsspec under Hive-style partition
+directories (`part-<task>-<uuid>.c<n>.snappy.parquet`, rolled at the target file size),
+computes each file's stats from the rows it is given, and returns one row (`FILE_ROW_SCHEMA`)
+per file; `add_files` turns those rows into AddFiles.
 
 Stats follow Delta: numRecords, and minValues/maxValues/nullCount for the first
 `delta.dataSkippingNumIndexedCols` (default 32) leaf data columns. Min/max cover numbers,
@@ -449,6 +450,8 @@ def write_tasks(
     table's columns, logical names) to its own data files of `txn`'s table; their AddFiles.
     A NULL in a `not_null` column fails the write (ConstraintViolationError naming the
     `operation`) and every file written is removed."""
+    if not tasks:
+        return []
     txn.has_written = True
     metadata = txn.metadata
     plan = WritePlan.for_table(txn.location, metadata)

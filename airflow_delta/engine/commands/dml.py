@@ -1,0 +1,552 @@
+"""DELETE and UPDATE by predicate, run in this process on pyarrow (delta-spark's DeleteCommand
+and UpdateCommand, with its deletion vectors).
+
+Both follow one plan:
+
+1. a transaction (on the table's latest snapshot, or one the caller started) selects the
+   candidate files with `filter_files_arrow(predicate)`: partition values exactly, data columns
+   by the files' stats (data skipping). It records the predicate and the files it read, so the
+   conflict checks see a concurrent write to what the command read;
+2. when the predicate uses partition columns only (or there is none), every row of a candidate
+   matches: DELETE removes the candidates whole without reading them;
+3. otherwise the predicate's columns of each candidate are read (`FileReader`, the rows its
+   deletion vector deletes left out) and the predicate evaluated per row by the engine's
+   expressions (Spark's semantics: a NULL result does not match);
+4. each file holding a matching row (a touched file):
+   - every live row matches: the file is removed whole (UPDATE writes its rows updated);
+   - on a table with deletion vectors (`delta.enableDeletionVectors=true` and the
+     deletionVectors feature) the file stays with a new deletion vector: its old DV's rows and
+     the matching ones (`DeletionVectorWriter`: inline when small, else one
+     `deletion_vector_<uuid>.bin` per command); UPDATE writes the updated rows to a new file;
+   - on other tables the file is rewritten (`write_tasks`, the engine's file writer): DELETE
+     keeps the other rows, UPDATE every row, the assignments applied to the matching ones;
+5. the commit (operation DELETE or UPDATE) carries delta-spark's metrics. When nothing matches
+   nothing is committed (the result is skipped, with the metrics), unless the commit
+   properties carry app transactions, which then land in an empty commit.
+
+UPDATE assignments (`set`: column -> SQL) take what the engine's expressions evaluate: column
+references, literals (`5`, `'x'`, `NULL`, `DATE '2024-01-01'`, `TIMESTAMP '...'`) and
+conditions (for boolean columns), cast to the column's type. Arithmetic and function calls
+raise `UnsupportedCommandError` before anything is written, as do tables with column mapping,
+and, for UPDATE, CHECK constraints or invariants: run those on Spark.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_delta.engine.commands.data_files import write_tasks
+from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar
+from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorWriter
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    InvalidPredicateError,
+    TableNotFoundError,
+    UnsupportedCommandError,
+)
+from airflow_delta.engine.expressions.parser import parse, parse_value
+from airflow_delta.engine.expressions.predicates import PartitionPredicate
+from airflow_delta.engine.expressions.tree import Expr
+from airflow_delta.engine.log.table_location import TableLocation
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
+from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
+from airflow_delta.engine.protocol.features import check_writer_support, writer_features
+from airflow_delta.engine.protocol.schema import delta_field_metadata
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
+
+log = logging.getLogger(__name__)
+
+RowIndexes = npt.NDArray[np.uint64]
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Touched:
+    """A candidate file holding rows the predicate matches."""
+
+    index: int  # in the candidate files
+    rows: int  # rows the data file holds (its deletion vector not applied)
+    dv: Mapping[str, Any] | None  # its deletion vector (DV_TYPE row)
+    matched: RowIndexes | None  # the live rows that match (None: every live row)
+
+    @property
+    def live(self) -> int:
+        """Rows its deletion vector keeps."""
+        return self.rows - int(self.dv["cardinality"] or 0) if self.dv else self.rows
+
+    @property
+    def count(self) -> int:
+        """Live rows that match."""
+        return self.live if self.matched is None else len(self.matched)
+
+    @property
+    def whole(self) -> bool:
+        """Whether every live row matches."""
+        return self.count == self.live
+
+
+@dataclass
+class _Plan:
+    """One DELETE or UPDATE: its transaction, the table's Arrow schema, the row predicate (None:
+    every row), the candidate files and how it changes them."""
+
+    operation: Operation
+    txn: OptimisticTransaction
+    schema: pa.Schema
+    predicate: PartitionPredicate | None
+    files: pa.StructArray
+    reader: FileReader
+    dvs: DeletionVectorWriter | None  # None: the table does not take deletion vectors
+    started: float
+    timings: dict[str, int] = field(default_factory=dict)
+
+    def rows_only_by_partition(self) -> bool:
+        """Whether the predicate selects whole files (partition columns only, or none)."""
+        partitions = set(self.txn.metadata.partition_columns)
+        return self.predicate is None or self.predicate.columns <= partitions
+
+
+@dataclass
+class _Changes:
+    """What a command does to the touched files."""
+
+    removed: list[AddFile] = field(default_factory=list)  # removed whole or rewritten
+    with_dv: list[tuple[AddFile, AddFile]] = field(default_factory=list)  # (old, with new DV)
+    tasks: list[Callable[[], pa.Table]] = field(default_factory=list)  # rows to write
+    copied: int = 0  # unchanged rows written again
+
+
+def _plan(
+    name: str,
+    table: str | OptimisticTransaction,
+    predicate: str | None,
+    storage_options: Mapping[str, str] | None,
+    commit_properties: CommitProperties | None,
+) -> _Plan | CommitResult:
+    """The plan of a DELETE or UPDATE (`name`), or the skipped result of one whose app
+    transactions the table already holds."""
+    started = time.monotonic()
+    uri = table.table if isinstance(table, OptimisticTransaction) else table
+    if isinstance(table, OptimisticTransaction) and commit_properties is not None:
+        raise ValueError(
+            f"{name} of {uri}: pass commit_properties to the transaction you give, not beside it"
+        )
+    txn = table if isinstance(table, OptimisticTransaction) else None
+    if txn is None:
+        location = TableLocation.of(uri, storage_options)
+        txn = start_transaction(location, properties=commit_properties)
+    operation = _operation(name, predicate)
+    if txn.already_committed():
+        return txn.result(None, operation)
+    if txn.read_version < 0:
+        raise TableNotFoundError(
+            f"{name} of {uri}: no Delta table there. Create it first (write_delta or "
+            "DeltaLog.create_table)."
+        )
+    check_writer_support(txn.protocol, txn.table, txn.metadata)
+    schema = _table_schema(name, txn)
+    row_predicate = None if predicate is None else _row_predicate(txn, predicate)
+    files = txn.filter_files_arrow(predicate)
+    configuration = txn.metadata.configuration
+    use_dvs = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
+    use_dvs = use_dvs and "deletionVectors" in writer_features(txn.protocol)
+    return _Plan(
+        operation,
+        txn,
+        schema,
+        row_predicate,
+        files,
+        FileReader(txn, schema),
+        DeletionVectorWriter(txn.location) if use_dvs else None,
+        started,
+    )
+
+
+def _operation(name: str, predicate: str | None) -> Operation:
+    """The operation as delta-spark records it: DELETE's predicate a JSON list of conditions,
+    UPDATE's the condition (absent without one)."""
+    if name == "DELETE":
+        return Operation(name, {"predicate": json.dumps([predicate] if predicate else [])})
+    return Operation(name, {"predicate": predicate} if predicate else {})
+
+
+def _table_schema(name: str, txn: OptimisticTransaction) -> pa.Schema:
+    """The table's columns as Arrow fields; UnsupportedCommandError for a table whose data
+    needs more than this reader and writer."""
+    metadata = txn.metadata
+    problems = []
+    if metadata.column_mapping_mode != "none":
+        problems.append("column mapping")
+    if name == "UPDATE":
+        if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
+            problems.append("CHECK constraints")
+        for f in metadata.schema:
+            if "delta.invariants" in delta_field_metadata(f):
+                problems.append(f"column {f.name} (invariants)")
+    if problems:
+        raise UnsupportedCommandError(
+            f"{name} of {txn.table}: the in-process {name} does not handle "
+            + ", ".join(problems)
+            + "; run it on Spark."
+        )
+    return pa.schema([pa.field(f.name, f.type) for f in metadata.schema])
+
+
+def _column_types(txn: OptimisticTransaction) -> dict[str, str]:
+    """The table's columns of primitive types (those expressions use): name -> Delta type."""
+    fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
+    return {f["name"]: f["type"] for f in fields if isinstance(f["type"], str)}
+
+
+def _row_predicate(txn: OptimisticTransaction, text: str) -> PartitionPredicate:
+    """`text` as a condition on rows over any of the table's columns."""
+    root, used = parse(text, {}, _column_types(txn))
+    return PartitionPredicate(text, root, used)
+
+
+# -- finding the touched files ----------------------------------------------------------------
+
+
+def _scan(plan: _Plan) -> list[_Touched]:
+    """The candidate files holding matching rows, with the rows that match."""
+    started = time.monotonic()
+    files = plan.files
+    dvs = pc.struct_field(files, "deletionVector").to_pylist()
+    if plan.rows_only_by_partition():
+        rows = _physical_rows(plan)
+        touched = [_Touched(i, int(rows[i]), dvs[i], None) for i in range(len(files))]
+        touched = [t for t in touched if t.live]
+    else:
+        paths = pc.struct_field(files, "path").to_pylist()
+        values = pc.struct_field(files, "partitionValues").to_pylist()
+        assert plan.predicate is not None
+        predicate = plan.predicate
+        columns = sorted(predicate.columns)
+
+        def match(i: int) -> _Touched | None:
+            data = plan.reader.read_file(paths[i], values[i], columns)
+            found = predicate.evaluate_rows({c: data.column(c) for c in columns}, data.num_rows)
+            found &= plan.reader.kept(dvs[i], data.num_rows)
+            matched = np.flatnonzero(found).astype(np.uint64)
+            return _Touched(i, data.num_rows, dvs[i], matched) if len(matched) else None
+
+        with ThreadPoolExecutor(_threads(len(files))) as pool:
+            touched = [t for t in pool.map(match, range(len(files))) if t is not None]
+    plan.timings["scanTimeMs"] = _ms_since(started)
+    return touched
+
+
+def _physical_rows(plan: _Plan) -> npt.NDArray[np.int64]:
+    """Rows each candidate file holds: its stats' numRecords, else its parquet footer."""
+    counts = stats_num_records(pc.struct_field(plan.files, "stats"))
+    rows = np.asarray(pc.fill_null(counts, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    missing = np.flatnonzero(rows < 0)
+    if len(missing):
+        paths = pc.struct_field(plan.files, "path").to_pylist()
+        txn = plan.txn
+        store = txn.location.store
+
+        def footer(i: int) -> int:
+            path = store.file_path(
+                txn.location.root, paths[i], table=txn.table, version=txn.read_version
+            )
+            try:
+                with store.open_input(path) as f:
+                    return int(pq.ParquetFile(f).metadata.num_rows)
+            except FileNotFoundError:
+                raise txn.snapshot.missing_data_file(paths[i]) from None
+
+        with ThreadPoolExecutor(_threads(len(missing))) as pool:
+            rows[missing] = list(pool.map(footer, missing.tolist()))
+    return rows
+
+
+# -- changing them ------------------------------------------------------------------------------
+
+
+def _live_rows(plan: _Plan, file: AddFile, touched: _Touched) -> tuple[pa.Table, npt.NDArray[Any]]:
+    """The live rows of a touched file (every column), and per live row whether it matches."""
+    data = plan.reader.read_file(file.path, file.partition_values, plan.schema.names)
+    if data.num_rows != touched.rows:
+        raise CorruptLogError(
+            f"{plan.operation.name} of {plan.txn.table}: data file {file.path} holds "
+            f"{data.num_rows} rows; its stats or an earlier read said {touched.rows}"
+        )
+    keep = plan.reader.kept(touched.dv, touched.rows)
+    matched = keep.copy()
+    if touched.matched is not None:
+        matched[:] = False
+        matched[touched.matched.astype(np.int64)] = True
+    return data.filter(pa.array(keep)), matched[keep]
+
+
+def _with_deletion_vector(plan: _Plan, file: AddFile, touched: _Touched) -> AddFile:
+    """`file` with a new deletion vector: the rows of its old one and the matching rows. Its
+    stats stay (they count the file's rows), marked as no longer tight bounds."""
+    assert plan.dvs is not None and touched.matched is not None
+    old = plan.reader.deletion_vectors.read(touched.dv) if touched.dv else touched.matched[:0]
+    descriptor = plan.dvs.add(np.union1d(old, touched.matched))
+    stats = file.stats
+    if stats:
+        parsed = json.loads(stats)
+        parsed["tightBounds"] = False
+        stats = json.dumps(parsed, separators=(",", ":"))
+    return AddFile(
+        path=file.path,
+        partition_values=file.partition_values,
+        size=file.size,
+        modification_time=file.modification_time,
+        data_change=True,
+        stats=stats,
+        tags=file.tags,
+        deletion_vector=descriptor,
+        base_row_id=file.base_row_id,
+        default_row_commit_version=file.default_row_commit_version,
+        clustering_provider=file.clustering_provider,
+    )
+
+
+def _commit(plan: _Plan, changes: _Changes, metrics: dict[str, int]) -> CommitResult:
+    """Write the changed rows and the deletion vectors, then commit them with the metrics."""
+    started = time.monotonic()
+    txn = plan.txn
+    not_null = [f.name for f in txn.metadata.schema if not f.nullable]
+    if plan.dvs is not None:
+        plan.dvs.finish()
+    try:
+        adds = write_tasks(txn, changes.tasks, not_null, plan.operation.name)
+    except BaseException:
+        if plan.dvs is not None:
+            plan.dvs.abort()
+        raise
+    now = int(time.time() * 1000)
+    actions: list[Action] = [*adds, *(new for _, new in changes.with_dv)]
+    actions += [f.remove(now) for f in changes.removed]
+    actions += [old.remove(now) for old, _ in changes.with_dv]
+    updated_dvs = sum(1 for old, _ in changes.with_dv if old.deletion_vector is not None)
+    removed_dvs = sum(1 for f in changes.removed if f.deletion_vector is not None)
+    metrics |= {
+        "numRemovedFiles": len(changes.removed),
+        "numAddedFiles": len(adds),
+        "numCopiedRows": changes.copied,
+        "numAddedChangeFiles": 0,
+        "numAddedBytes": sum(a.size for a in adds),
+        "numRemovedBytes": sum(f.size for f in changes.removed),
+        "numDeletionVectorsAdded": len(changes.with_dv),
+        "numDeletionVectorsRemoved": removed_dvs + updated_dvs,
+        "numDeletionVectorsUpdated": updated_dvs,
+        "scanTimeMs": plan.timings.get("scanTimeMs", 0),
+        "rewriteTimeMs": _ms_since(started),
+        "executionTimeMs": _ms_since(plan.started),
+    }
+    operation = Operation(plan.operation.name, plan.operation.parameters, metrics)
+    if not actions and not txn.properties.app_transactions:
+        log.info("%s of %s matched no row: nothing to commit", operation.name, txn.table)
+        return txn.result(None, operation)
+    result = txn.commit(actions, operation)
+    log.info(
+        "%s of %s committed version %s: %s",
+        operation.name,
+        txn.table,
+        result.version,
+        {k: v for k, v in metrics.items() if not k.endswith("TimeMs")},
+    )
+    return result
+
+
+# -- DELETE -----------------------------------------------------------------------------------
+
+
+def delete(
+    table: str | OptimisticTransaction,
+    predicate: str | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> CommitResult:
+    """Delete the rows of the Delta table `table` (a URI, or a transaction started on it) that
+    satisfy `predicate` (SQL over any of its columns; None deletes every row), in this process.
+
+    Files whose rows all match are removed whole; on a table with deletion vectors enabled the
+    other touched files get a deletion vector, else they are rewritten without the deleted
+    rows. Returns the commit's CommitResult, delta-spark's metrics in `result.metrics`
+    (numDeletedRows, numRemovedFiles, numAddedFiles, numCopiedRows, numDeletionVectorsAdded,
+    ...); skipped (version None) when no row matched. Raises InvalidPredicateError for a
+    predicate the engine does not parse, UnsupportedCommandError for a table it cannot
+    rewrite, and the Delta conflict exceptions when a concurrent commit wrote what it read.
+
+    Example: `delete("s3://bucket/events", "day < '2024-01-01' AND user_id = 42")
+    .metrics["numDeletedRows"]`.
+    """
+    plan = _plan("DELETE", table, predicate, storage_options, commit_properties)
+    if isinstance(plan, CommitResult):
+        return plan
+    touched = _scan(plan)
+    files = add_files_from_arrow(plan.files.take([t.index for t in touched]))
+    changes = _Changes()
+    for file, t in zip(files, touched, strict=True):
+        if t.whole:
+            changes.removed.append(file)
+        elif plan.dvs is not None:
+            changes.with_dv.append((file, _with_deletion_vector(plan, file, t)))
+        else:
+            changes.removed.append(file)
+            changes.tasks.append(functools.partial(_rows_left, plan, file, t))
+            changes.copied += t.live - t.count
+    metrics = {"numDeletedRows": sum(t.count for t in touched)}
+    return _commit(plan, changes, metrics)
+
+
+def _rows_left(plan: _Plan, file: AddFile, touched: _Touched) -> pa.Table:
+    data, matched = _live_rows(plan, file, touched)
+    return data.filter(pa.array(~matched))
+
+
+# -- UPDATE -----------------------------------------------------------------------------------
+
+
+def update(
+    table: str | OptimisticTransaction,
+    set: Mapping[str, str],
+    predicate: str | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> CommitResult:
+    """Set columns of the rows of the Delta table `table` (a URI, or a transaction started on
+    it) that satisfy `predicate` (SQL over any of its columns; None updates every row), in this
+    process. `set` maps columns to SQL expressions over the row's columns: column references,
+    literals and conditions (see the module docstring).
+
+    On a table with deletion vectors enabled a touched file keeps its other rows under a
+    deletion vector and the updated rows go to a new file; otherwise touched files are
+    rewritten whole. Returns the commit's CommitResult, delta-spark's metrics in
+    `result.metrics` (numUpdatedRows, numCopiedRows, numRemovedFiles, numAddedFiles,
+    numDeletionVectorsAdded, ...); skipped (version None) when no row matched.
+
+    Example: `update(uri, {"status": "'closed'", "closed_on": "DATE '2024-06-30'"},
+    "status = 'open' AND opened_on < '2024-01-01'")`.
+    """
+    if not set or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items()):
+        raise ValueError(f"UPDATE assignments must map column names to SQL expressions: {set!r}")
+    plan = _plan("UPDATE", table, predicate, storage_options, commit_properties)
+    if isinstance(plan, CommitResult):
+        return plan
+    assign = _assigner(plan, set)
+    assign(plan.schema.empty_table(), None)  # every assignment fits its column: fail early
+    touched = _scan(plan)
+    files = add_files_from_arrow(plan.files.take([t.index for t in touched]))
+    changes = _Changes()
+    for file, t in zip(files, touched, strict=True):
+        rewrite = not t.whole and plan.dvs is None
+        if rewrite or t.whole:
+            changes.removed.append(file)
+        else:
+            changes.with_dv.append((file, _with_deletion_vector(plan, file, t)))
+        changes.tasks.append(functools.partial(_rows_updated, plan, file, t, assign, rewrite))
+        changes.copied += t.live - t.count if rewrite else 0
+    metrics = {"numUpdatedRows": sum(t.count for t in touched)}
+    return _commit(plan, changes, metrics)
+
+
+Assign = Callable[[pa.Table, "npt.NDArray[np.bool_] | None"], pa.Table]
+
+
+def _rows_updated(
+    plan: _Plan, file: AddFile, touched: _Touched, assign: Assign, rewrite: bool
+) -> pa.Table:
+    """The rows a touched file contributes: all its live rows when it is rewritten (the
+    matching ones updated), else only the matching rows, updated."""
+    data, matched = _live_rows(plan, file, touched)
+    if rewrite:
+        return assign(data, matched)
+    return assign(data.filter(pa.array(matched)), None)
+
+
+def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
+    """A function (rows, mask) -> the rows with the assignments applied where `mask` holds
+    (every row without a mask); ValueError for an unknown column, UnsupportedCommandError for
+    an expression the engine does not evaluate."""
+    table = plan.txn.table
+    by_lower = {name.lower(): name for name in plan.schema.names}
+    types = _column_types(plan.txn)
+    parsed: dict[str, tuple[Expr, list[str]]] = {}
+    for key, sql in assignments.items():
+        name = key.strip()
+        if len(name) > 1 and name[0] == name[-1] == "`":
+            name = name[1:-1].replace("``", "`")
+        column = by_lower.get(name.lower())
+        if column is None or column in parsed:
+            problem = "is not a column of" if column is None else "is assigned twice in"
+            raise ValueError(
+                f"UPDATE of {table}: {key!r} {problem} the table (columns: "
+                f"{', '.join(plan.schema.names)})"
+            )
+        try:
+            expr, used = parse_value(sql, types)
+        except InvalidPredicateError as exc:
+            raise UnsupportedCommandError(
+                f"UPDATE of {table}: the in-process UPDATE evaluates column references, "
+                f"literals and conditions, not {sql!r} ({exc}); run it on Spark."
+            ) from None
+        parsed[column] = (expr, list(used))
+
+    def assign(data: pa.Table, mask: npt.NDArray[np.bool_] | None) -> pa.Table:
+        columns = []
+        for f in plan.schema:
+            column: Any = data.column(f.name)
+            if f.name in parsed:
+                expr, used = parsed[f.name]
+                value = expr.evaluate({c: data.column(c) for c in used})
+                value = _stored(value, f, data.num_rows, table)
+                column = value if mask is None else pc.if_else(pa.array(mask), value, column)
+            columns.append(column)
+        return pa.Table.from_arrays(columns, schema=plan.schema)
+
+    return assign
+
+
+def _stored(value: Any, target: pa.Field, rows: int, table: str) -> Any:
+    """An assignment's value (array or scalar) as `rows` values of the column `target`."""
+    if isinstance(value, pa.Scalar) and not value.is_valid:
+        return pa.nulls(rows, target.type)
+    if value.type == target.type:
+        return repeat_scalar(value, rows) if isinstance(value, pa.Scalar) else value
+    try:
+        if isinstance(value, pa.Scalar):  # cast once: a literal that does not fit fails early
+            return repeat_scalar(value.cast(target.type, safe=True), rows)
+        return pc.cast(value, target.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise ValueError(
+            f"UPDATE of {table}: cannot store {value.type} values in column {target.name} "
+            f"({target.type}): {exc}"
+        ) from None
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _threads(tasks: int) -> int:
+    return max(1, min(tasks, os.cpu_count() or 1))
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
