@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 
 RowIndexes = npt.NDArray[np.uint64]
 
+#: Updated rows (of files that keep their other rows under a deletion vector) per writing task.
+ROWS_PER_TASK = 1_000_000
+
 
 # -- the plan ---------------------------------------------------------------------------------
 
@@ -399,7 +402,7 @@ def delete(
     if isinstance(plan, CommitResult):
         return plan
     touched = _scan(plan)
-    files = add_files_from_arrow(plan.files.take([t.index for t in touched]))
+    files = add_files_from_arrow(plan.files.take(pa.array([t.index for t in touched], pa.int64())))
     changes = _Changes()
     for file, t in zip(files, touched, strict=True):
         if t.whole:
@@ -452,16 +455,22 @@ def update(
     assign = _assigner(plan, set)
     assign(plan.schema.empty_table(), None)  # every assignment fits its column: fail early
     touched = _scan(plan)
-    files = add_files_from_arrow(plan.files.take([t.index for t in touched]))
+    files = add_files_from_arrow(plan.files.take(pa.array([t.index for t in touched], pa.int64())))
     changes = _Changes()
+    updated: list[tuple[int, Callable[[], pa.Table]]] = []  # (rows, task) of updated rows only
     for file, t in zip(files, touched, strict=True):
         rewrite = not t.whole and plan.dvs is None
         if rewrite or t.whole:
             changes.removed.append(file)
         else:
             changes.with_dv.append((file, _with_deletion_vector(plan, file, t)))
-        changes.tasks.append(functools.partial(_rows_updated, plan, file, t, assign, rewrite))
-        changes.copied += t.live - t.count if rewrite else 0
+        task = functools.partial(_rows_updated, plan, file, t, assign, rewrite)
+        if rewrite:
+            changes.tasks.append(task)  # a file's rows, rewritten by one writer
+            changes.copied += t.live - t.count
+        else:
+            updated.append((t.count, task))
+    changes.tasks += _combined(updated)
     metrics = {"numUpdatedRows": sum(t.count for t in touched)}
     return _commit(plan, changes, metrics)
 
@@ -538,6 +547,24 @@ def _stored(value: Any, target: pa.Field, rows: int, table: str) -> Any:
             f"UPDATE of {table}: cannot store {value.type} values in column {target.name} "
             f"({target.type}): {exc}"
         ) from None
+
+
+def _combined(tasks: list[tuple[int, Callable[[], pa.Table]]]) -> list[Callable[[], pa.Table]]:
+    """`tasks` (each with the rows it gives) as tasks of about ROWS_PER_TASK rows each: the
+    updated rows of many files go to few new files."""
+    groups: list[list[Callable[[], pa.Table]]] = []
+    size = ROWS_PER_TASK
+    for rows, task in tasks:
+        if size + rows > ROWS_PER_TASK and size:
+            groups.append([])
+            size = 0
+        groups[-1].append(task)
+        size += rows
+    return [functools.partial(_concatenated, group) for group in groups]
+
+
+def _concatenated(tasks: list[Callable[[], pa.Table]]) -> pa.Table:
+    return pa.concat_tables([task() for task in tasks])
 
 
 # -- helpers ----------------------------------------------------------------------------------
