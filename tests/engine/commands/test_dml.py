@@ -9,6 +9,7 @@ test_dml_differential.py.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -280,3 +281,20 @@ def test_two_deletes_of_one_file_conflict(tmp_path: Path) -> None:
     with pytest.raises(DeltaConcurrentModificationException):
         delete(loser, "id = 3")
     assert rows(uri) == expected([FIRST], lambda r: r["id"] != 1)
+
+
+def test_vacuum_keeps_the_deletion_vectors_in_use(tmp_path: Path) -> None:
+    from airflow_delta.engine.commands.maintenance import vacuum
+    from airflow_delta.engine.log.table_location import TableLocation
+
+    big = batch(range(0, 30000), p=["a"] * 30000)
+    uri = create(tmp_path / "t", big, dv=True)
+    delete(uri, "id < 20000")
+    first = {p.name for p in Path(uri).glob("deletion_vector_*.bin")}
+    delete(uri, "id >= 20000 AND id < 25000")  # replaces the file's DV: the old one is unused
+    location = TableLocation.of(uri)
+    later = int(time.time() * 1000) + 3_600_000
+    vacuum(location, retention_hours=0, enforce_retention_duration=False, now_ms=later)
+    left = {p.name for p in Path(uri).glob("deletion_vector_*.bin")}
+    assert len(left) == 1 and not left & first
+    assert rows(uri) == expected([big], lambda r: r["id"] >= 25000)
