@@ -298,3 +298,23 @@ def test_vacuum_keeps_the_deletion_vectors_in_use(tmp_path: Path) -> None:
     left = {p.name for p in Path(uri).glob("deletion_vector_*.bin")}
     assert len(left) == 1 and not left & first
     assert rows(uri) == expected([big], lambda r: r["id"] >= 25000)
+
+
+def test_nested_columns_of_a_table_deltalake_wrote(tmp_path: Path) -> None:
+    from deltalake import DeltaTable, QueryBuilder, write_deltalake
+
+    uri = str(tmp_path / "t")
+    data = {
+        "id": [1, 2, 3],
+        "st": [{"a": 1, "b": "x"}, None, {"a": 3, "b": None}],
+        "l": [[1, 2], [], None],
+        "m": pa.array([[("k", 1)], None, []], pa.map_(pa.string(), pa.int64())),
+    }
+    write_deltalake(uri, pa.table(data))
+    assert delete(uri, "id = 2").metrics["numCopiedRows"] == 2
+    assert update(uri, {"id": "10"}, "id = 3").metrics["numUpdatedRows"] == 1
+    query = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t ORDER BY id")
+    assert pa.table(query.read_all()).to_pylist() == [
+        {"id": 1, "st": {"a": 1, "b": "x"}, "l": [1, 2], "m": [("k", 1)]},
+        {"id": 10, "st": {"a": 3, "b": None}, "l": None, "m": []},
+    ]
