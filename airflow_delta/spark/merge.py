@@ -115,6 +115,14 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         )
         return [r[0] for r in rows]
 
+    def _source_bounds_of(self, name: str, delta_type: str) -> tuple[Any, Any] | None:
+        if not isinstance(self.source_df, DataFrame):
+            return super()._source_bounds_of(name, delta_type)
+        (found,) = [f for f in self.source_df.schema.fields if f.name.lower() == name]
+        column = F.col(quote_identifier(found.name))
+        row = self.source_df.agg(F.min(column), F.max(column)).first()
+        return None if row is None or row[0] is None else (row[0], row[1])
+
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         """In process when the source is Arrow data, or a small DataFrame of a local session
         (collected once, see `collect_small_source`), and the engine's executor takes it;

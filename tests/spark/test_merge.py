@@ -331,21 +331,33 @@ def test_only_touched_files_are_rewritten(spark: SparkSession, tmp_path: Path) -
 @pytest.mark.parametrize(
     ("condition", "clause", "changes", "predicates", "parts_read"),
     [
-        (ON, "update", [(1, "A1", "a"), (3, "B3", "b")], ["`part` IN ('a', 'b')"], {"a", "b"}),
-        (ON, "update", [], ["FALSE"], set()),
-        ("(t.id = s.id) AND (t.part = 'b')", "update", [(3, "B3", "b")], ["`part` = 'b'"], {"b"}),
         (
+            ON,
+            "update",
+            [(1, "A1", "a"), (3, "B3", "b")],
+            ["(`part` IN ('a', 'b')) AND (`id` IN (1, 3))"],
+            {"a", "b"},
+        ),
+        (ON, "update", [], ["(FALSE) AND (FALSE)"], set()),
+        (
+            "(t.id = s.id) AND (t.part = 'b')",
+            "update",
+            [(3, "B3", "b")],
+            ["(`part` = 'b') AND (`id` IN (3))"],
+            {"b"},
+        ),
+        (  # an empty source: no target row can match, so no file is read
             "t.part IN ('a', 'c') AND t.id = s.id",
             "insert",
             [],
-            ["`part` IN ('a', 'c')"],
-            {"a", "c"},
+            ["(`part` IN ('a', 'c')) AND (FALSE)"],
+            set(),
         ),
         ("s.part = t.part AND t.id = s.id", "by_source", [(1, "A1", "a")], [], {"a", "b", "c"}),
     ],
 )
 @pytest.mark.parametrize("kind", ["spark", "arrow"])
-def test_partition_pruning_is_recorded(
+def test_pruning_is_recorded(
     spark: SparkSession,
     tmp_path: Path,
     kind: str,
@@ -390,32 +402,33 @@ def test_a_missing_data_file_is_a_corrupt_log(spark: SparkSession, tmp_path: Pat
 # -- concurrency ---------------------------------------------------------------------------------
 
 
-def blind_append(spark: SparkSession, uri: str, part: str) -> Callable[[], None]:
+def blind_append(spark: SparkSession, uri: str, part: str, key: int) -> Callable[[], None]:
     def run() -> None:
-        write_delta(source(spark, [(50, "concurrent", part)]), uri)
+        write_delta(source(spark, [(key, "concurrent", part)]), uri)
 
     return run
 
 
-def read_then_append(spark: SparkSession, uri: str, part: str) -> Callable[[], None]:
+def read_then_append(spark: SparkSession, uri: str, part: str, key: int) -> Callable[[], None]:
     """An append whose transaction read the partition it appends to (not a blind append)."""
 
     def run() -> None:
         txn = DeltaLog.for_table(uri).start_transaction()
         txn.filter_files_arrow(f"part = '{part}'")
-        adds = write_files(txn, source(spark, [(50, "concurrent", part)]))
+        adds = write_files(txn, source(spark, [(key, "concurrent", part)]))
         txn.commit(adds, Operation("WRITE", {"mode": "Append"}))
 
     return run
 
 
 @pytest.mark.parametrize(
-    ("isolation", "writer", "part", "conflict"),
+    ("isolation", "writer", "part", "key", "conflict"),
     [
-        ("Serializable", blind_append, "a", True),
-        ("WriteSerializable", read_then_append, "a", True),
-        ("WriteSerializable", blind_append, "a", False),  # blind appends may pass
-        ("Serializable", read_then_append, "b", False),  # disjoint partitions
+        ("Serializable", blind_append, "a", 9, True),
+        ("WriteSerializable", read_then_append, "a", 9, True),
+        ("WriteSerializable", blind_append, "a", 9, False),  # blind appends may pass
+        ("Serializable", read_then_append, "b", 9, False),  # disjoint partitions
+        ("Serializable", blind_append, "a", 50, False),  # no source key: its stats exclude it
     ],
 )
 @pytest.mark.parametrize("kind", ["spark", "arrow"])
@@ -424,22 +437,25 @@ def test_concurrent_append(
     tmp_path: Path,
     kind: str,
     isolation: str,
-    writer: Callable[[SparkSession, str, str], Callable[[], None]],
+    writer: Callable[[SparkSession, str, str, int], Callable[[], None]],
     part: str,
+    key: int,
     conflict: bool,
 ) -> None:
+    """The MERGE read the files of partition `a` that may hold id 1 or 9: a concurrent file
+    conflicts when it may hold one of them (its stats say) in a partition the MERGE read."""
     uri = make_table(spark, tmp_path, BASE, **{"delta.isolationLevel": isolation})
     changes = source_of_kind(spark, [(1, "A1", "a"), (9, "a9", "a")], kind)
-    merge = InterleavedMerge(uri, changes, ON, before_commit=writer(spark, uri, part))
+    merge = InterleavedMerge(uri, changes, ON, before_commit=writer(spark, uri, part, key))
     merge.when_matched_update_all().when_not_matched_insert_all()
     if conflict:
         with pytest.raises(ConcurrentAppendException, match="partition \\[part=a\\]"):
             merge.execute()
         assert DeltaLog.for_table(uri).update().version == 2  # only the concurrent append
-        assert table_rows(spark, uri) == sorted([*BASE, (50, "concurrent", part)])
+        assert table_rows(spark, uri) == sorted([*BASE, (key, "concurrent", part)])
         return
     assert merge.execute().version == 3
-    expected = [(1, "A1", "a"), *BASE[1:], (9, "a9", "a"), (50, "concurrent", part)]
+    expected = [(1, "A1", "a"), *BASE[1:], (9, "a9", "a"), (key, "concurrent", part)]
     assert table_rows(spark, uri) == sorted(expected)
 
 

@@ -346,26 +346,59 @@ class MergeBuilder:
         txn: OptimisticTransaction,
         conjuncts: list[tuple[str, str | None]] | None = None,
     ) -> list[str]:
-        """Predicates over the target's partition columns that the merge condition implies
-        (`conjuncts`: `_partition_conjuncts`, when already computed)."""
+        """Predicates over the target's columns that the merge condition implies, to choose
+        the candidate files: over partition columns (`conjuncts`: `_partition_conjuncts`, when
+        already computed), and over data columns, which prune by the files' stats.
+
+        `t.k = s.k` on a data column becomes `k IN (<the source's distinct keys>)`, or with more
+        than MAX_PRUNING_VALUES keys the range `k BETWEEN <min> AND <max>`; a target row can
+        only match a source row whose key it equals, so a file whose stats exclude every key
+        holds no matching row. No pruning when a NOT MATCHED BY SOURCE clause reads every row.
+        """
         if any(c.kind == NOT_MATCHED_BY_SOURCE for c in self.clauses):
             return []
         conjuncts = self._partition_conjuncts(txn) if conjuncts is None else conjuncts
-        return [p for _, p in conjuncts if p is not None]
+        partition = [p for _, p in conjuncts if p is not None]
+        return partition + self._data_predicates(txn, [c for c, p in conjuncts if p is None])
+
+    def _data_predicates(self, txn: OptimisticTransaction, conjuncts: list[str]) -> list[str]:
+        """The conjuncts over one non-partition column of the target (against a literal or a
+        source column) as predicates for data skipping."""
+        if not conjuncts or not self._plain_condition():
+            return []
+        schema = json.loads(txn.metadata.schema_string or "{}")
+        fields = {f["name"].lower(): f for f in schema["fields"]}
+        partitions = {c.lower() for c in txn.metadata.partition_columns}
+        data = {name: f["name"] for name, f in fields.items() if name not in partitions}
+        predicates = []
+        for conjunct in conjuncts:
+            text = self._column_predicate(conjunct, data, fields)
+            if text is None:
+                continue
+            try:
+                txn.parse_file_predicate(text)
+            except InvalidPredicateError:
+                continue  # no pruning by this conjunct; the MERGE itself still applies it
+            predicates.append(text)
+        return predicates
+
+    def _plain_condition(self) -> bool:
+        """Whether the condition has no escape or comment, which conjunct splitting and
+        pruning do not interpret."""
+        return not any(mark in self.condition for mark in ("\\", "--", "/*"))
 
     def _partition_conjuncts(self, txn: OptimisticTransaction) -> list[tuple[str, str | None]]:
         """Each conjunct of the condition with the partition predicate it implies (or None)."""
         partitions = {c.lower(): c for c in txn.metadata.partition_columns}
-        unsafe = "\\" in self.condition or "--" in self.condition or "/*" in self.condition
         conjuncts = split_conjuncts(self.condition)
-        if not partitions or unsafe:
+        if not partitions or not self._plain_condition():
             return [(c, None) for c in conjuncts]
         schema = json.loads(txn.metadata.schema_string or "{}")
         fields = {f["name"].lower(): f for f in schema["fields"]}
         columns = {c: fields[c.lower()] for c in partitions.values()}
         result: list[tuple[str, str | None]] = []
         for conjunct in conjuncts:
-            text = self._partition_predicate(conjunct, partitions, fields)
+            text = self._column_predicate(conjunct, partitions, fields)
             if text is not None:
                 try:
                     PartitionPredicate.parse(text, columns)
@@ -374,13 +407,13 @@ class MergeBuilder:
             result.append((conjunct, text))
         return result
 
-    def _partition_predicate(
-        self, conjunct: str, partitions: dict[str, str], fields: dict[str, dict[str, Any]]
+    def _column_predicate(
+        self, conjunct: str, columns: dict[str, str], fields: dict[str, dict[str, Any]]
     ) -> str | None:
-        """`conjunct` as a partition predicate of the target, or None when it is not one.
+        """`conjunct` as a predicate over one column of the target, or None when it is not one.
 
-        `partitions` maps lower-case partition column names to theirs, `fields` lower-case
-        column names to their schema fields.
+        `columns` maps the lower-case names of the columns it may use (the partition columns,
+        or the data columns) to theirs, `fields` lower-case column names to their schema fields.
         """
         tokens = tokenize(conjunct, lenient=True)[:-1]  # the end token left out
         ops = [i for i, t in enumerate(tokens) if _is_equality(t) or _is_keyword(t, "in")]
@@ -389,13 +422,13 @@ class MergeBuilder:
         op = tokens[ops[0]]
         left, right = conjunct[: op.start].strip(), conjunct[op.end :].strip()
         if _is_keyword(op, "in"):
-            column = self._target_partition(left, partitions, fields)
+            column = self._target_column(left, columns, fields)
             items = right[1:-1].split(",") if right[:1] == "(" and right[-1:] == ")" else []
             if column is None or not items or not all(_LITERAL.fullmatch(i.strip()) for i in items):
                 return None
             return f"{quote_identifier(column)} IN ({', '.join(i.strip() for i in items)})"
         for one, other in ((left, right), (right, left)):
-            column = self._target_partition(one, partitions, fields)
+            column = self._target_column(one, columns, fields)
             if column is None:
                 continue
             if _LITERAL.fullmatch(other):
@@ -403,14 +436,15 @@ class MergeBuilder:
             return self._source_values(other, column, fields[column.lower()]["type"])
         return None
 
-    def _target_partition(
-        self, operand: str, partitions: dict[str, str], fields: dict[str, dict[str, Any]]
+    def _target_column(
+        self, operand: str, columns: dict[str, str], fields: dict[str, dict[str, Any]]
     ) -> str | None:
-        """The partition column `operand` names as `<target alias>.<column>`, when prunable."""
+        """The column of `columns` that `operand` names as `<target alias>.<column>`, when
+        prunable."""
         ref = self._reference(operand)
         if ref is None or ref[0] != self.target_alias.lower():
             return None
-        column = partitions.get(ref[1].lower())
+        column = columns.get(ref[1].lower())
         if column is None:
             return None
         delta_type = fields[column.lower()]["type"]
@@ -418,19 +452,31 @@ class MergeBuilder:
         return column if prunable else None
 
     def _source_values(self, operand: str, column: str, delta_type: str) -> str | None:
-        """`column IN (...)` over the distinct values of the source column `operand` names."""
+        """`column IN (...)` over the distinct values of the source column `operand` names,
+        or `column BETWEEN <min> AND <max>` when they are more than MAX_PRUNING_VALUES."""
         ref = self._reference(operand)
         if ref is None or ref[0] != self.source_alias.lower():
             return None
         values = self._source_values_of(ref[1].lower(), delta_type)
-        if values is None or len(values) > MAX_PRUNING_VALUES:
+        if values is None:
             return None
-        literals = [_sql_literal(v) for v in values if v is not None]
+        if len(values) > MAX_PRUNING_VALUES:
+            bounds = self._source_bounds_of(ref[1].lower(), delta_type)
+            if bounds is None:
+                return None
+            low, high = (_sql_literal(b) for b in bounds)
+            return f"{quote_identifier(column)} BETWEEN {low} AND {high}"
+        literals = [_sql_literal(v) for v in sorted(v for v in values if v is not None)]
         return f"{quote_identifier(column)} IN ({', '.join(literals)})" if literals else "FALSE"
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         """Up to MAX_PRUNING_VALUES + 1 distinct values of the source column `name` (lower
         case), or None when it is not one column of exactly `delta_type`."""
+        raise NotImplementedError
+
+    def _source_bounds_of(self, name: str, delta_type: str) -> tuple[Any, Any] | None:
+        """The least and greatest non-NULL value of the source column `name` (lower case), or
+        None when it has none (the caller knows it is one column of exactly `delta_type`)."""
         raise NotImplementedError
 
     # -- the condition over the target and source columns ----------------------------------

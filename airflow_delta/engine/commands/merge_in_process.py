@@ -147,6 +147,14 @@ class ArrowMergeBuilder(MergeBuilder):
             return None
         return list(pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist())
 
+    def _source_bounds_of(self, name: str, delta_type: str) -> tuple[Any, Any] | None:
+        source = arrow_table(self.source_df)
+        assert source is not None  # merge_arrow and merge_delta take Arrow data only
+        (found,) = [c for c in source.column_names if c.lower() == name]
+        bounds = pc.min_max(source.column(found))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        return None if low is None else (low, high)
+
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         # view and large types (deltalake, polars) as the regular types the table holds
         source = plain_table(arrow_table(self.source_df))

@@ -376,6 +376,9 @@ def _may_in(node: In, negated: bool, scope: _Scope) -> Mask:
     if not len(values):
         return scope.all(False)
     if len(values) > _MAX_IN_VALUES:
+        exact = _may_hold_one_of(name, values, cast, scope)
+        if exact is not None:
+            return exact
         if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
             return _may_null(name, False, scope)  # min_max leaves NaN out
         low, high = pc.min_max(values).values()
@@ -385,6 +388,50 @@ def _may_in(node: In, negated: bool, scope: _Scope) -> Mask:
     for value in values:
         mask |= _may_op(name, "=", value, cast, scope)
     return mask
+
+
+#: Families whose bounds order as numbers (dates as days, timestamps as microseconds).
+_NUMERIC = frozenset({"integer", "floating", "date", "timestamp", "timestamp_ntz"})
+
+
+def _may_hold_one_of(
+    name: str, values: pa.Array, cast: pa.DataType | None, scope: _Scope
+) -> Mask | None:
+    """`name IN values` for a long list, exactly and vectorised: a file may match when one of
+    the values lies within its [min, max] (a binary search of each file's min in the sorted
+    values). None when the column's bounds are not numbers or dates, or a value is NaN."""
+    column = scope.stats.columns.get(name)
+    if column is None or column.min is None or column.max is None:
+        return None
+    if column.family not in _NUMERIC:
+        return None
+    try:
+        low, high = column.min, column.max
+        if cast is not None:
+            low, high = low.cast(cast), high.cast(cast)
+        values = values.drop_null().cast(low.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
+        return None
+    keys = np.unique(_as_numbers(values))
+    if not len(keys):
+        return scope.all(False)
+    lows, highs = _as_numbers(low), _as_numbers(high)
+    first = np.minimum(np.searchsorted(keys, lows, side="left"), len(keys) - 1)
+    within = (keys[first] >= lows) & (keys[first] <= highs)
+    known = _mask(pc.and_(low.is_valid(), high.is_valid()))
+    return _may_null(name, False, scope) & (within | ~known)
+
+
+def _as_numbers(values: pa.Array) -> np.ndarray:
+    """Bounds or values as a numpy array that orders as they do (null slots hold any value)."""
+    if pa.types.is_date32(values.type):
+        values = values.cast(pa.int32())
+    floating = pa.types.is_floating(values.type)
+    numbers = values.cast(pa.float64() if floating else pa.int64())
+    data = np.frombuffer(numbers.buffers()[1], dtype=np.float64 if floating else np.int64)
+    return data[numbers.offset : numbers.offset + len(numbers)]
 
 
 def _may_null(name: str, is_null: bool, scope: _Scope) -> Mask:

@@ -163,6 +163,11 @@ class OptimisticTransaction:
         partitions = set(metadata.partition_columns)
         return {f["name"]: f for f in fields if f["name"] not in partitions}
 
+    def parse_file_predicate(self, predicate: str | Sequence[str] | None) -> PartitionPredicate:
+        """`predicate` (SQL over any of the table's columns) parsed for data skipping; raises
+        InvalidPredicateError for an unknown column or a malformed predicate."""
+        return parse_file_predicates(predicate, self._partition_types(), self._data_types())
+
     def filter_files_arrow(
         self, predicate: str | Sequence[str] | None = None, *, data_skipping: bool = True
     ) -> pa.StructArray:
@@ -176,8 +181,7 @@ class OptimisticTransaction:
         the files in `read_files`.
         """
         if data_skipping:
-            data_types = self._data_types()
-            parsed = parse_file_predicates(predicate, self._partition_types(), data_types)
+            parsed = self.parse_file_predicate(predicate)
         else:
             parsed = parse_predicates(predicate, self._partition_types())
         files = self.snapshot.files() if self.read_version >= 0 else pa.nulls(0, ADD_TYPE)

@@ -54,7 +54,9 @@ def test_upsert_prunes_partitions(table: str) -> None:
     assert (metrics["numTargetRowsCopied"], metrics["numTargetFilesRemoved"]) == (1, 1)
     txn = builder.transaction
     assert txn is not None
-    assert [p.text for p in txn.read_predicates] == ["`day` IN (DATE '2026-01-01')"]
+    assert [p.text for p in txn.read_predicates] == [
+        "(`day` IN (DATE '2026-01-01')) AND (`id` IN (2, 5))"
+    ]
     history = DeltaLog.for_table(table).history(limit=1)[0]
     assert history["operation"] == "MERGE"
     assert history["operationParameters"]["predicate"] == "t.id = s.id AND t.day = s.day"

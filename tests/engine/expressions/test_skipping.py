@@ -110,13 +110,13 @@ def test_comparisons_use_min_and_max(predicate: str, expected: list[int]) -> Non
     assert kept(predicate, files(stats("i", 0, 10), stats("i", 10, 20))) == expected
 
 
-def test_long_in_lists_test_the_range() -> None:
+def test_long_in_lists_test_each_value_against_the_bounds() -> None:
     adds = files(stats("i", 0, 10), stats("i", 100, 200), stats("f", 0.0, 1.0))
     listed = ", ".join(str(n) for n in range(50, 150))
     assert kept(f"i IN ({listed})", adds) == [1, 2]
     assert kept(f"i NOT IN ({listed})", adds) == [0, 1, 2]
     floats = ", ".join(f"{n}.5" for n in range(50, 150))
-    assert kept(f"f IN ({floats})", adds) == [0, 1, 2]  # a range test: >= keeps floats (NaN)
+    assert kept(f"f IN ({floats})", adds) == [0, 1]  # NaN (outside stats) equals no value
     assert kept(f"f IN ({listed})", files(stats("f", 160.0, 170.0))) == []
     assert kept(f"f IN ({floats}, 'NaN')", adds) == [0, 1, 2]
 
@@ -236,13 +236,13 @@ literals = {
 @st.composite
 def atoms(draw: st.DrawFn) -> str:
     column = draw(st.sampled_from(sorted(values)))
-    kind = draw(st.sampled_from(["cmp", "cmp", "cmp", "in", "null", "between"]))
+    kind = draw(st.sampled_from(["cmp", "cmp", "cmp", "in", "in", "null", "between"]))
     literal = literals[column]
     if kind == "cmp":
         op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "<=>"]))
         return f"{column} {op} {draw(literal)}"
-    if kind == "in":
-        items = draw(st.lists(literal, min_size=1, max_size=3))
+    if kind == "in":  # above 64 values, IN takes its vectorised path
+        items = draw(st.lists(literal, min_size=1, max_size=3) | st.lists(literal, min_size=65))
         negated = draw(st.sampled_from(["", "NOT "]))
         return f"{column} {negated}IN ({', '.join(items)})"
     if kind == "null":
@@ -341,3 +341,15 @@ def test_deltalake_agrees_and_a_selective_predicate_prunes(tmp_path: Path) -> No
     expected = DeltaTable(str(tmp_path)).to_pyarrow_table(filters=[("i", "=", 52)])
     data = pa.concat_tables(pq.read_table(tmp_path / f.path) for f in kept_files)
     assert data.filter(pc.equal(data["i"], 52)).num_rows == expected.num_rows == 1
+
+
+def test_long_in_lists_prune_files_between_the_values() -> None:
+    """More than 64 values: a file is kept only when one of them lies within its bounds, also
+    when the values span every file (a range test would keep them all)."""
+    adds = files(*(stats("i", 100 * n, 100 * n + 9) for n in range(10)))
+    listed = ", ".join(str(100 * n + 50) for n in range(70))  # between every file's bounds
+    assert kept(f"i IN ({listed}, 305)", adds) == [3]
+    assert kept(f"i IN ({listed}, NULL)", adds) == []
+    dates = files(stats("d", "2024-01-01", "2024-01-31"), stats("d", "2024-03-01", "2024-03-31"))
+    days = ", ".join([f"DATE '2024-02-{d:02d}'" for d in range(1, 30)] * 3)
+    assert kept(f"d IN ({days}, DATE '2024-03-15')", dates) == [1]

@@ -24,8 +24,9 @@ def _stats(i: int) -> str:
 
 
 def _table(tmp_path, n_base: int, later: list[tuple[str, int]], stats_every: int):
-    """A checkpoint of `n_base` files (f0 and every `stats_every`-th after it without stats), then one commit
-    per entry of `later`: ("add", i) adds file i (again, if it exists), ("remove", i) removes it.
+    """A checkpoint of `n_base` files (f0 and every `stats_every`-th after it without stats),
+    then one commit per entry of `later`: ("add", i) adds file i (again, if it exists),
+    ("remove", i) removes it.
     """
     base = [
         add(f"f{i}", **({"stats": _stats(i)} if i % stats_every else {"stats": None}))
