@@ -54,7 +54,7 @@ NOT_MATCHED = "notMatched"
 NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
 
 #: Most distinct source values turned into a `<partition> IN (...)` predicate to prune files.
-MAX_PRUNING_VALUES = 1000
+MAX_PRUNING_VALUES = 10_000
 
 #: Delta types whose partition predicates compare in the engine exactly as in Spark.
 _PRUNABLE_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
