@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_delta.engine.commands.dml import delete, update
+    from airflow_delta.engine.commands.optimize import optimize
+    from airflow_delta.engine.commands.restore import restore
     from airflow_delta.engine.delta_log import DeltaLog
     from airflow_delta.engine.log.checkpoints import CheckpointResult
     from airflow_delta.engine.log.log_segment import LogSegment
@@ -55,6 +57,8 @@ _HOMES = {
     "Snapshot": "log.snapshot",
     "TableLocation": "log.table_location",
     "delete": "commands.dml",
+    "optimize": "commands.optimize",
+    "restore": "commands.restore",
     "update": "commands.dml",
 }
 
@@ -93,5 +97,7 @@ __all__ = [
     "Snapshot",
     "TableLocation",
     "delete",
+    "optimize",
+    "restore",
     "update",
 ]

@@ -131,3 +131,7 @@ class VacuumRetentionError(DeltaError, ValueError):
 
 class SchemaMismatchError(DeltaError, ValueError):
     """The DataFrame's columns do not fit the table schema (or its partitioning)."""
+
+
+class RestoreMissingFilesError(DeltaError):
+    """RESTORE would re-add data files (or deletion vectors) that are gone from storage."""

@@ -445,16 +445,19 @@ def write_tasks(
     tasks: Sequence[Callable[[], pa.Table]],
     not_null: Sequence[str],
     operation: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    max_threads: int | None = None,
 ) -> list[AddFile]:
-    """Run the `tasks` in parallel (a thread per core), each writing the rows it gives (the
-    table's columns, logical names) to its own data files of `txn`'s table; their AddFiles.
-    A NULL in a `not_null` column fails the write (ConstraintViolationError naming the
-    `operation`) and every file written is removed."""
+    """Run the `tasks` in parallel (a thread per core, at most `max_threads`), each writing the
+    rows it gives (the table's columns, logical names) to its own data files of `txn`'s table,
+    rolled at `target_file_size`; their AddFiles. A NULL in a `not_null` column fails the write
+    (ConstraintViolationError naming the `operation`) and every file written is removed."""
     if not tasks:
         return []
     txn.has_written = True
     metadata = txn.metadata
-    plan = WritePlan.for_table(txn.location, metadata)
+    plan = WritePlan.for_table(txn.location, metadata, target_file_size=target_file_size)
     writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
     fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
     types = {f["name"]: f["type"] for f in fields}
@@ -486,7 +489,8 @@ def write_tasks(
         return writer.finish()
 
     try:
-        with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1)) as pool:
+        threads = min(len(tasks), os.cpu_count() or 1, max_threads or len(tasks))
+        with ThreadPoolExecutor(max(1, threads)) as pool:
             rows = [r for result in pool.map(write, range(len(tasks))) for r in result]
     except BaseException:
         for writer in writers:

@@ -191,6 +191,10 @@ class OptimisticTransaction:
         self.read_files.append(files)
         return files
 
+    def track_files_read(self, files: pa.StructArray) -> None:
+        """Record a read of `files` (ADD_TYPE): removing one concurrently conflicts."""
+        self.read_files.append(files)
+
     def filter_files(
         self, predicate: str | Sequence[str] | None = None, *, data_skipping: bool = True
     ) -> list[AddFile]:
@@ -336,7 +340,10 @@ class OptimisticTransaction:
             **({"readVersion": self.read_version} if self.read_version >= 0 else {}),
             "isolationLevel": isolation.value,
             "isBlindAppend": is_blind_append,
-            "operationMetrics": {k: str(v) for k, v in (operation.metrics or {}).items()},
+            "operationMetrics": {
+                k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+                for k, v in (operation.metrics or {}).items()
+            },
             "engineInfo": ENGINE_INFO,
             "txnId": self.txn_id,
         }

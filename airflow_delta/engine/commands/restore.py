@@ -1,0 +1,225 @@
+"""RESTORE: bring a table back to an earlier version (delta-spark's RestoreTableCommand).
+
+The restore is one commit on the latest snapshot:
+
+- the files of the target version that are not active now are added again (dataChange=true,
+  with their stats and deletion vectors), and the active files not in the target version are
+  removed (dataChange=true); files are matched by path and deletion vector, so a file whose
+  deletion vector changed since is swapped back to its old one;
+- before anything is committed, the data files (and deletion vector files) to add again are
+  looked up in storage. When some are gone (a VACUUM removed them) the restore is refused with
+  RestoreMissingFilesError naming the table, the version and the fix; with
+  `ignore_missing_files=True` it goes on without them (their rows are not restored).
+  delta-spark and delta-rs re-add missing files when told to ignore them, which leaves a table
+  no reader can scan; here they are left out;
+- the metadata of the target version is restored when it differs from the current one; the
+  protocol is never downgraded (the current protocol, plus any feature the target version's
+  protocol had, as delta-spark without `restore.protocolDowngradeAllowed`);
+- the commit (operation RESTORE, parameters version and timestamp) carries delta-spark's
+  metrics: tableSizeAfterRestore, numOfFilesAfterRestore, numRemovedFiles, numRestoredFiles,
+  removedFilesSize, restoredFilesSize. A RESTORE always commits, even when the files already
+  match (history then shows the rollback).
+
+Conflicts: the restore reads the whole table and is checked as Serializable (unless the commit
+properties ask for another level), so any concurrent commit that adds or removes files, or
+changes the metadata or protocol, fails it (delta-spark fails a RESTORE on any concurrent
+commit): a restore that retried past a concurrent append would not leave the target version.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import date, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_delta.engine.errors import RestoreMissingFilesError, TableNotFoundError
+from airflow_delta.engine.log.history import version_at_timestamp
+from airflow_delta.engine.log.replay import file_keys
+from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
+from airflow_delta.engine.log.table_location import TableLocation
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow
+from airflow_delta.engine.protocol.actions import Action, Operation
+from airflow_delta.engine.protocol.deletion_vectors import relative_dv_path
+from airflow_delta.engine.protocol.features import (
+    reader_features,
+    required_protocol,
+    writer_features,
+)
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+from airflow_delta.engine.txn.conflicts import IsolationLevel
+from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
+
+log = logging.getLogger(__name__)
+
+#: Storage look-ups in flight while checking that the files to restore exist.
+EXISTS_THREADS = 16
+
+
+def restore(
+    table: str | OptimisticTransaction,
+    version: int | None = None,
+    timestamp: str | datetime | date | None = None,
+    *,
+    ignore_missing_files: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> CommitResult:
+    """Restore the Delta table `table` (a URI, or a transaction started on it) to `version`,
+    or to the latest version committed at or before `timestamp` (ISO-8601 text, a datetime or
+    a date; naive means UTC).
+
+    Returns the commit's CommitResult, delta-spark's RESTORE metrics in `result.metrics`.
+    Raises ValueError for a version that is not older than the latest, VersionNotFoundError
+    when the log cannot rebuild it, RestoreMissingFilesError when its data files are gone
+    (unless `ignore_missing_files`), and a Delta conflict exception when a concurrent commit
+    changed the table.
+
+    Example: `restore("s3://bucket/events", version=41).metrics["numRestoredFiles"]`.
+    """
+    started = time.monotonic()
+    txn = _transaction(table, storage_options, commit_properties)
+    uri = txn.table
+    if (version is None) == (timestamp is None):
+        raise ValueError(f"RESTORE of {uri}: pass either version or timestamp (one of them)")
+    if txn.read_version < 0:
+        raise TableNotFoundError(f"RESTORE of {uri}: no Delta table there.")
+    if version is None:
+        assert timestamp is not None
+        version = version_at_timestamp(txn.location, timestamp)
+    if not 0 <= version < txn.read_version:
+        raise ValueError(
+            f"RESTORE of {uri}: version {version} is not an earlier version of the table "
+            f"(latest: {txn.read_version}); restore a version from 0 to {txn.read_version - 1}."
+        )
+    target = load_snapshot(txn.location, version)
+    current = txn.filter_files_arrow()  # reads (and records) the whole table
+    target_files = target.files()
+    target_keys, current_keys = file_keys(target_files), file_keys(current)
+    to_add = target_files.filter(pc.invert(pc.is_in(target_keys, value_set=current_keys)))
+    to_remove = current.filter(pc.invert(pc.is_in(current_keys, value_set=target_keys)))
+    missing = _missing(txn, target, to_add)
+    if missing and not ignore_missing_files:
+        raise RestoreMissingFilesError(
+            f"RESTORE of {uri} to version {version}: {len(missing)} data or deletion vector "
+            f"file(s) of that version are gone from storage (e.g. {missing[0]}), probably "
+            "removed by a VACUUM. Restore a later version, put the files back from a backup, "
+            "or pass ignore_missing_files=True to restore without them (their rows are lost)."
+        )
+    if missing:
+        gone = pa.array(sorted(missing), pa.string())
+        to_add = to_add.filter(pc.invert(pc.is_in(pc.struct_field(to_add, "path"), gone)))
+    actions = _actions(txn, target, to_add, to_remove)
+    metrics = _metrics(current, to_add, to_remove, len(missing), started)
+    parameters: dict[str, Any] = {"version": version}
+    if timestamp is not None:
+        parameters["timestamp"] = str(timestamp)
+    result = txn.commit(actions, Operation("RESTORE", parameters, metrics))
+    log.info(
+        "RESTORE of %s to version %s committed version %s: %s files restored, %s removed",
+        uri,
+        version,
+        result.version,
+        metrics["numRestoredFiles"],
+        metrics["numRemovedFiles"],
+    )
+    return result
+
+
+def _transaction(
+    table: str | OptimisticTransaction,
+    storage_options: Mapping[str, str] | None,
+    commit_properties: CommitProperties | None,
+) -> OptimisticTransaction:
+    """The transaction of the restore, Serializable unless its properties choose a level."""
+    if isinstance(table, OptimisticTransaction):
+        if commit_properties is not None:
+            raise ValueError(
+                f"RESTORE of {table.table}: pass commit_properties to the transaction you give, "
+                "not beside it"
+            )
+        txn = table
+    else:
+        txn = start_transaction(TableLocation.of(table, storage_options), None, commit_properties)
+    if txn.properties.isolation_level is None:
+        txn.properties = replace(txn.properties, isolation_level=IsolationLevel.SERIALIZABLE)
+    return txn
+
+
+def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray) -> list[str]:
+    """The data files (by their log path) and deletion vector files of `files` that are not in
+    storage."""
+    store, root = txn.location.store, txn.location.root
+    wanted: dict[str, str] = {}  # storage path -> the name reported
+    for path in pc.struct_field(files, "path").to_pylist():
+        where = store.file_path(root, path, table=txn.table, version=target.version)
+        wanted[where] = path
+    for dv in pc.struct_field(files, "deletionVector").to_pylist():
+        if dv is None or dv["storageType"] not in ("u", "p"):
+            continue
+        if dv["storageType"] == "u":
+            where = root.child(relative_dv_path(dv["pathOrInlineDv"])).fs_path
+        else:
+            where = store.file_path(
+                root, dv["pathOrInlineDv"], table=txn.table, version=target.version,
+                what="deletion vector file",
+            )  # fmt: skip
+        wanted[where] = where
+    paths = list(wanted)
+    threads = max(1, min(len(paths), EXISTS_THREADS if not store.is_local else os.cpu_count() or 1))
+    with ThreadPoolExecutor(threads) as pool:
+        found = list(pool.map(store.exists, paths))
+    return [wanted[p] for p, ok in zip(paths, found, strict=True) if not ok]
+
+
+def _actions(
+    txn: OptimisticTransaction, target: Snapshot, to_add: pa.StructArray, to_remove: pa.StructArray
+) -> list[Action]:
+    """The restore's file actions (the re-added files and the removes); the target's metadata
+    and the merged protocol go to the transaction when they differ from the current ones."""
+    actions: list[Action] = []
+    if target.metadata != txn.snapshot.metadata:
+        txn.update_metadata(target.metadata)
+    old = target.protocol
+    merged = required_protocol(txn.protocol, writer_features(old) | reader_features(old))
+    merged = replace(
+        merged,
+        min_reader_version=max(merged.min_reader_version, old.min_reader_version),
+        min_writer_version=max(merged.min_writer_version, old.min_writer_version),
+    )
+    if merged != txn.protocol:
+        txn.new_protocol = merged
+    now = int(time.time() * 1000)
+    actions += [replace(f, data_change=True) for f in add_files_from_arrow(to_add)]
+    actions += [f.remove(now) for f in add_files_from_arrow(to_remove)]
+    return actions
+
+
+def _metrics(
+    current: pa.StructArray,
+    to_add: pa.StructArray,
+    to_remove: pa.StructArray,
+    missing: int,
+    started: float,
+) -> dict[str, Any]:
+    def size(files: pa.StructArray) -> int:
+        return int(pc.sum(pc.struct_field(files, "size")).as_py() or 0) if len(files) else 0
+
+    restored, removed = size(to_add), size(to_remove)
+    return {
+        "tableSizeAfterRestore": size(current) - removed + restored,
+        "numOfFilesAfterRestore": len(current) - len(to_remove) + len(to_add),
+        "numRemovedFiles": len(to_remove),
+        "numRestoredFiles": len(to_add),
+        "removedFilesSize": removed,
+        "restoredFilesSize": restored,
+        "numMissingFilesSkipped": missing,
+        "executionTimeMs": int((time.monotonic() - started) * 1000),
+    }
