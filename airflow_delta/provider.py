@@ -45,6 +45,9 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_delta.operators.write",
                     "airflow_delta.operators.merge",
                     "airflow_delta.operators.checkpoint",
+                    "airflow_delta.operators.dml",
+                    "airflow_delta.operators.optimize",
+                    "airflow_delta.operators.restore",
                 ],
             }
         ],

@@ -163,14 +163,17 @@ class DeltaCommitOperator(BaseOperator):
     #: The operation name in the table's history (WRITE, MERGE).
     operation: str = ""
     #: What wrote the data of the last commit: "spark", or "in-process" (the engine's pyarrow
-    #: MERGE); None when nothing was written.
+    #: MERGE, DELETE, UPDATE, ...); None when nothing was written.
     executor: str | None = None
+    #: Whether the operator reads a `source` (WRITE, MERGE); the table commands of
+    #: `operators.command` (DELETE, UPDATE, OPTIMIZE, RESTORE) take none.
+    takes_source: bool = True
 
     def __init__(
         self,
         *,
         table_uri: str,
-        source: Source,
+        source: Source | None = None,
         source_format: str | None = None,
         source_options: Mapping[str, Any] | None = None,
         delta_conn_id: str | None = None,
@@ -187,7 +190,9 @@ class DeltaCommitOperator(BaseOperator):
     ) -> None:
         if not table_uri:
             raise ValueError("table_uri is required")
-        if not (isinstance(source, str) or callable(source)):
+        if source is None and not self.takes_source:
+            pass  # an in-process table command (operators.command): no rows come in
+        elif not (isinstance(source, str) or callable(source)):
             raise ValueError(
                 "source must be Spark SQL text, a .sql file, a callable (spark, context) -> "
                 f"DataFrame, or a path with source_format; got {type(source).__name__}"
