@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "B4": "b4_checkpoint",
     "B5": "b5_spark_write",
     "B6": "b6_merge",
+    "B6s": "b6s_spark_merge",
     "B7": "b7_sensor",
     "B8": "b8_json_replay",
     "B9": "b9_scale",
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         "--strict", action="store_true", help="exit 1 when a benchmark misses its target"
     )
     args = parser.parse_args(argv)
-    ids = [i.upper() for i in args.ids] or list(BENCHMARKS)
+    by_upper = {b.upper(): b for b in BENCHMARKS}
+    ids = [by_upper.get(i.upper(), i) for i in args.ids] or list(BENCHMARKS)
     unknown = [i for i in ids if i not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; available: {list(BENCHMARKS)}")

@@ -124,8 +124,7 @@ def spark() -> Iterator[SparkSession]:
 
     session = get_spark(
         "local[2]",
-        conf={
-            "spark.ui.enabled": "false",
+        conf={  # no spark.ui.enabled: local sessions start no UI by default (tested)
             "spark.sql.shuffle.partitions": "4",
             "spark.default.parallelism": "2",
             "spark.driver.memory": "1g",

@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Conf applied to every session this module builds (callers' conf wins). Spark Connect
-#: sessions get only the `spark.sql.*` entries (the others are static on the server).
+#: sessions get only the `spark.sql.*` entries (the others are static on the server). Local
+#: sessions also start no web UI (`spark.ui.enabled=false`): parallel tasks on one worker would
+#: fight over its port; pass `{"spark.ui.enabled": "true"}` to have it.
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -308,7 +310,8 @@ def _classic_session(
     if _on_this_host(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    full: dict[str, Any] = {**DEFAULT_CONF, **executor_python_conf(master, conf), **conf}
+    local = {"spark.ui.enabled": "false"} if master.startswith("local") else {}
+    full: dict[str, Any] = {**DEFAULT_CONF, **local, **executor_python_conf(master, conf), **conf}
     if "spark.pyspark.python" in full:
         # An in-process driver reads only the environment variable (SparkContext.pythonExec).
         os.environ["PYSPARK_PYTHON"] = full["spark.pyspark.python"]

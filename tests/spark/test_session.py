@@ -290,6 +290,12 @@ def test_remote_must_be_sc_url() -> None:
 # -- no silent reuse: the real local session ---------------------------------------------------
 
 
+def test_local_sessions_start_no_web_ui(spark: Any) -> None:
+    """Parallel tasks on one worker would fight over the UI's port (4040 and up)."""
+    assert spark.conf.get("spark.ui.enabled") == "false"
+    assert spark.sparkContext.uiWebUrl is None
+
+
 def test_real_session_reused_for_same_or_no_master(spark: Any) -> None:
     assert get_spark() is spark
     assert get_spark(spark.sparkContext.master) is spark
