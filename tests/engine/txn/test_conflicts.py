@@ -26,6 +26,18 @@ Delta's ConflictChecker rules (not by running the engine). The checks run in del
 commitInfo.isBlindAppend is true when a commit removes no file and recorded no read (no read
 predicate, no read file); reading an appId through txn_version does not count as a read, so the
 idempotent streaming write and the pure metadata / protocol commits are blind appends.
+
+The engine's commands run for real on the same table (its initial files are real parquet files
+with stats, ids 1-2 in a1, 3-4 in a2, 5-6 in b1, 7-8 in b2), on the transaction the case gives
+them:
+
+* DELETE / UPDATE of `part = 'a' AND id = 1`: read that predicate (data skipping keeps only a1,
+  which they record as read), remove a1 and add its rewritten rows (their new file's stats are
+  exact, so a winner's file holding only id 2 provably does not match the loser's predicate);
+* OPTIMIZE of `part = 'a'`: compacts a1 and a2 with dataChange=false, so SnapshotIsolation; it
+  records no predicate and only the files it rewrites as read (delta-spark's trackFilesRead);
+* RESTORE to version 0: reads the whole table, removes every file, and is checked as
+  Serializable whatever the table's level (delta-spark fails a RESTORE on any concurrent commit).
 """
 
 from __future__ import annotations
@@ -38,11 +50,14 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta.engine import (
     AddFile,
     CommitProperties,
+    CommitResult,
     DeltaLog,
     DomainMetadata,
     IsolationLevel,
@@ -51,6 +66,10 @@ from airflow_delta.engine import (
     Protocol,
     RemoveFile,
     SetTransaction,
+    delete,
+    optimize,
+    restore,
+    update,
 )
 from airflow_delta.engine.errors import (
     ConcurrentAppendException,
@@ -61,8 +80,8 @@ from airflow_delta.engine.errors import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from airflow_delta.engine.protocol.actions import Action
-from tests.txn_helpers import APPEND, add, new_table
+from airflow_delta.engine.protocol.actions import Action, parse_actions
+from tests.txn_helpers import APPEND, SCHEMA, add, new_table
 
 # -- the operations -------------------------------------------------------------------------
 
@@ -74,7 +93,12 @@ COMPACT = "compaction"
 META = "metadata_change"
 PROTO = "protocol_change"
 TXN = "same_app_txn"
-OPERATIONS = [BA, RA, OW, DEL, COMPACT, META, PROTO, TXN]
+DML_DEL = "dml_delete"
+UPD = "dml_update"
+OPT = "optimize"
+RST = "restore"
+COMMANDS = [DML_DEL, UPD, OPT, RST]
+OPERATIONS = [BA, RA, OW, DEL, COMPACT, META, PROTO, TXN, *COMMANDS]
 
 SER = IsolationLevel.SERIALIZABLE.value
 WS = IsolationLevel.WRITE_SERIALIZABLE.value
@@ -88,10 +112,22 @@ APP_ID = "app"
 
 @dataclasses.dataclass
 class Planned:
-    """What a transaction wants to commit, after its reads."""
+    """What a transaction wants to commit, after its reads; or, for the engine's commands, the
+    command to run on the transaction (`run`), its actions read back from its commit."""
 
     actions: list[Action]
     operation: Operation
+    run: Callable[[], CommitResult] | None = None
+
+    def commit(self, txn: OptimisticTransaction) -> int:
+        if self.run is None:
+            return txn.commit(self.actions, self.operation)
+        version = self.run()
+        assert version is not None and version >= 0, version
+        path = txn.location.log_file(f"{version:020d}.json")
+        committed = parse_actions(txn.location.store.read(path), path)
+        self.actions = [a for a in committed if isinstance(a, AddFile | RemoveFile)]
+        return version
 
 
 def _now() -> int:
@@ -181,6 +217,40 @@ def same_app_txn(txn: OptimisticTransaction, tag: str, part: str = "a") -> Plann
     )
 
 
+#: The first id of each initial file: a1 holds ids 1-2, a2 3-4, b1 5-6, b2 7-8.
+FIRST_ID = {"a": 1, "b": 5}
+
+
+def _row_predicate(part: str) -> str:
+    return f"part = '{part}' AND id = {FIRST_ID[part]}"
+
+
+def dml_delete(txn: OptimisticTransaction, tag: str, part: str = "a") -> Planned:
+    """9. The engine's DELETE of one row of `part` (rewrites the file holding it)."""
+    predicate = _row_predicate(part)
+    run = lambda: delete(txn, predicate)  # noqa: E731
+    return Planned([], Operation("DELETE", {"predicate": predicate}), run)
+
+
+def dml_update(txn: OptimisticTransaction, tag: str, part: str = "a") -> Planned:
+    """10. The engine's UPDATE of one row of `part` (rewrites the file holding it)."""
+    predicate = _row_predicate(part)
+    run = lambda: update(txn, {"value": f"'{tag}'"}, predicate)  # noqa: E731
+    return Planned([], Operation("UPDATE", {"predicate": predicate}), run)
+
+
+def optimize_partition(txn: OptimisticTransaction, tag: str, part: str = "a") -> Planned:
+    """11. The engine's OPTIMIZE of `part` (its two small files compacted into one)."""
+    run = lambda: optimize(txn, _predicate(part))  # noqa: E731
+    return Planned([], Operation("OPTIMIZE", {"predicate": _predicate(part)}), run)
+
+
+def restore_to_empty(txn: OptimisticTransaction, tag: str, part: str = "a") -> Planned:
+    """12. The engine's RESTORE to version 0 (the empty table: every file removed)."""
+    run = lambda: restore(txn, version=0)  # noqa: E731
+    return Planned([], Operation("RESTORE", {"version": 0}), run)
+
+
 OPS: dict[str, Callable[..., Planned]] = {
     BA: blind_append,
     RA: read_append,
@@ -190,6 +260,10 @@ OPS: dict[str, Callable[..., Planned]] = {
     META: metadata_change,
     PROTO: protocol_change,
     TXN: same_app_txn,
+    DML_DEL: dml_delete,
+    UPD: dml_update,
+    OPT: optimize_partition,
+    RST: restore_to_empty,
 }
 
 #: commitInfo.isBlindAppend of each operation (no remove and no recorded read).
@@ -347,6 +421,86 @@ EXPECTED: dict[tuple[str, str, str], Outcome] = {
     (TXN, META, WS): MC,
     (TXN, PROTO, WS): PC,
     (TXN, TXN, WS): CT,
+    # -- the engine's commands as winners against the operations above (both levels alike).
+    **{
+        (loser, winner, level): outcome
+        for level in (SER, WS)
+        for loser, outcomes in {
+            BA: (RETRIED, RETRIED, RETRIED, RETRIED),  # no reads, no removes
+            RA: (CA, CA, CA, CDR),  # their new file in 'a'; RESTORE only removes (a1, read)
+            OW: (CA, CA, CA, CDR),
+            DEL: (CA, CA, CA, CDR),  # the whole-table predicate matches every add
+            COMPACT: (CDR, CDR, CDR, CDR),  # SnapshotIsolation: each removed a file it read
+            META: (RETRIED, RETRIED, RETRIED, RETRIED),  # RESTORE to a same metadata: none
+            PROTO: (RETRIED, RETRIED, RETRIED, RETRIED),
+            TXN: (RETRIED, RETRIED, RETRIED, RETRIED),
+        }.items()
+        for winner, outcome in zip(COMMANDS, outcomes, strict=True)
+    },
+    # -- loser: DELETE / UPDATE of `part = 'a' AND id = 1` (read a1 by data skipping, remove it).
+    **{
+        (loser, winner, level): outcome
+        for loser in (DML_DEL, UPD)
+        for level in (SER, WS)
+        for winner, outcome in {
+            # Serializable: the blind append's file (no min/max stats) may hold id 1; under
+            # WriteSerializable blind appends go by, and it removed nothing.
+            BA: CA if level == SER else RETRIED,
+            RA: CA,
+            OW: CA,  # its new file in 'a' (appends are checked before deletes)
+            DEL: CDR,  # no add; it removed a1, which we read
+            COMPACT: CA,  # a non-blind winner's adds count whatever their dataChange
+            META: MC,
+            PROTO: PC,
+            TXN: CA if level == SER else RETRIED,  # a blind append into 'a'
+            # DELETE's rewritten a1 holds only id 2: its stats prove it misses `id = 1`, so
+            # the check moves on to the removes: a1, which we read.
+            DML_DEL: CDR,
+            UPD: CA,  # the updated a1 still holds id 1
+            OPT: CA,  # the compacted file holds ids 1-4
+            RST: CDR,  # removed a1
+        }.items()
+    },
+    # -- loser: OPTIMIZE of 'a' (SnapshotIsolation whatever the table's level): appends never
+    #    conflict; a winner that removed a1 or a2 (which it rewrites) does.
+    **{
+        (OPT, winner, level): outcome
+        for level in (SER, WS)
+        for winner, outcome in {
+            BA: RETRIED,
+            RA: RETRIED,
+            OW: CDR,
+            DEL: CDR,
+            COMPACT: CDR,
+            META: MC,
+            PROTO: PC,
+            TXN: RETRIED,
+            DML_DEL: CDR,
+            UPD: CDR,
+            OPT: CDR,
+            RST: CDR,
+        }.items()
+    },
+    # -- loser: RESTORE to version 0 (whole table read, Serializable forced): every concurrent
+    #    add matches its predicate; a winner that only removes files removed files it read.
+    **{
+        (RST, winner, level): outcome
+        for level in (SER, WS)
+        for winner, outcome in {
+            BA: CA,
+            RA: CA,
+            OW: CA,
+            DEL: CDR,
+            COMPACT: CA,
+            META: MC,
+            PROTO: PC,
+            TXN: CA,
+            DML_DEL: CA,
+            UPD: CA,
+            OPT: CA,
+            RST: CDR,
+        }.items()
+    },
     # -- SnapshotIsolation: compaction as the loser, with the level requested explicitly.
     (COMPACT, BA, SI): RETRIED,
     (COMPACT, RA, SI): RETRIED,
@@ -399,7 +553,7 @@ MATRIX_LEVELS = (SER, WS)
 
 def test_expected_table_is_complete() -> None:
     matrix = {(lo, w, lvl) for lo in OPERATIONS for w in OPERATIONS for lvl in MATRIX_LEVELS}
-    assert len(matrix) == 128
+    assert len(matrix) == 2 * len(OPERATIONS) ** 2 == 288
     assert matrix <= EXPECTED.keys()
     extras = EXPECTED.keys() - matrix
     assert {lvl for _, _, lvl in extras} == {SI}
@@ -410,12 +564,32 @@ def test_expected_table_is_complete() -> None:
 
 
 def make_table(path: Path, level: str | None) -> DeltaLog:
-    """Version 0: the table (delta.isolationLevel = level); version 1: files a1, a2, b1, b2."""
+    """Version 0: the table (delta.isolationLevel = level); version 1: files a1, a2, b1, b2,
+    real parquet files of two rows each (ids 1-2, 3-4, 5-6, 7-8) with exact stats."""
     config = {"delta.isolationLevel": level} if level in (SER, WS) else {}
     log = new_table(path, **config)
-    initial = [add(p, name=f"init-{p}{i}.parquet") for p in "ab" for i in (1, 2)]
+    initial = [_initial_file(path, p, i) for p in "ab" for i in (1, 2)]
     assert log.start_transaction().commit(initial, APPEND) == READ_VERSION
     return log
+
+
+def _initial_file(root: Path, part: str, i: int) -> AddFile:
+    f = add(part, name=f"init-{part}{i}.parquet", rows=2)
+    first = FIRST_ID[part] + 2 * (i - 1)
+    ids = [first, first + 1]
+    data = pa.table({"id": ids, "value": [f"v{n}" for n in ids]}, SCHEMA.remove(2))
+    (root / f"part={part}").mkdir(exist_ok=True)
+    pq.write_table(data, root / f.path)
+    f.size = (root / f.path).stat().st_size
+    f.stats = json.dumps(
+        {
+            "numRecords": 2,
+            "minValues": {"id": ids[0], "value": f"v{ids[0]}"},
+            "maxValues": {"id": ids[1], "value": f"v{ids[1]}"},
+            "nullCount": {"id": 0, "value": 0},
+        }
+    )
+    return f
 
 
 def commit_lines(path: Path, version: int) -> list[dict]:
@@ -446,7 +620,9 @@ def committed_lines(path: Path, version: int) -> tuple[dict, list[str]]:
 
 
 def effective_level(op: str, level: str) -> str:
-    return SI if op == COMPACT else level
+    if op in (COMPACT, OPT):
+        return SI
+    return SER if op == RST else level
 
 
 def assert_commit(
@@ -483,7 +659,7 @@ def run_concurrently(
     winner_fn, winner_part = winner
     loser_plan = loser_fn(loser_txn, "loser", loser_part)
     winner_plan = winner_fn(winner_txn, "winner", winner_part)
-    assert winner_txn.commit(winner_plan.actions, winner_plan.operation) == WINNER_VERSION
+    assert winner_plan.commit(winner_txn) == WINNER_VERSION
     return log, loser_txn, loser_plan, winner_txn, winner_plan
 
 
@@ -510,7 +686,7 @@ def assert_retried_and_committed(
     level: str,
 ) -> None:
     try:
-        version = loser_txn.commit(loser_plan.actions, loser_plan.operation)
+        version = loser_plan.commit(loser_txn)
     except DeltaConcurrentModificationException as exc:
         pytest.fail(f"expected a retry to version {RETRIED}, got {type(exc).__name__}: {exc}")
     assert version == RETRIED
@@ -542,7 +718,7 @@ def assert_conflict(
     expected: type[DeltaConcurrentModificationException],
 ) -> None:
     with pytest.raises(DeltaConcurrentModificationException) as err:
-        loser_txn.commit(loser_plan.actions, loser_plan.operation)
+        loser_plan.commit(loser_txn)
     assert type(err.value) is expected, (
         f"expected {expected.__name__}, got {type(err.value).__name__}: {err.value}"
     )
@@ -594,7 +770,7 @@ def test_append_after_read_and_delete_of_other_partition_both_succeed(
 ) -> None:
     """Serializable: reading and appending to 'a' vs deleting 'b' never overlap."""
     _, loser_txn, loser_plan, _, winner_plan = run_concurrently(tmp_path, loser, winner, SER)
-    assert loser_txn.commit(loser_plan.actions, loser_plan.operation) == RETRIED
+    assert loser_plan.commit(loser_txn) == RETRIED
     snapshot = DeltaLog(str(tmp_path)).update()
     assert snapshot.version == RETRIED
     paths = {f.path for f in snapshot.all_files()}
@@ -606,9 +782,22 @@ def test_append_after_read_and_delete_of_other_partition_both_succeed(
 @pytest.mark.parametrize("level", [SER, WS])
 @pytest.mark.parametrize(
     "winner",
-    [blind_append, read_append, overwrite_partition, compaction, delete_partition, same_app_txn],
+    [
+        blind_append,
+        read_append,
+        overwrite_partition,
+        compaction,
+        delete_partition,
+        same_app_txn,
+        dml_delete,
+        dml_update,
+        optimize_partition,
+    ],
 )
-@pytest.mark.parametrize("loser", [read_append, overwrite_partition, compaction])
+@pytest.mark.parametrize(
+    "loser",
+    [read_append, overwrite_partition, compaction, dml_delete, dml_update, optimize_partition],
+)
 def test_winner_in_another_partition_does_not_conflict(
     tmp_path: Path, loser, winner, level: str
 ) -> None:
@@ -616,7 +805,7 @@ def test_winner_in_another_partition_does_not_conflict(
     _, loser_txn, loser_plan, _, winner_plan = run_concurrently(
         tmp_path, (loser, "a"), (winner, "b"), level
     )
-    assert loser_txn.commit(loser_plan.actions, loser_plan.operation) == RETRIED
+    assert loser_plan.commit(loser_txn) == RETRIED
     snapshot = DeltaLog(str(tmp_path)).update()
     assert snapshot.version == RETRIED
     assert {f.path for f in snapshot.all_files()} == expected_state([winner_plan, loser_plan])
@@ -646,9 +835,9 @@ def test_isolation_level_from_commit_properties_overrides_the_table(
     plan = read_append(loser_txn, "loser")
     winner_txn = log.start_transaction(snapshot)
     winner_plan = blind_append(winner_txn, "winner")
-    assert winner_txn.commit(winner_plan.actions, winner_plan.operation) == WINNER_VERSION
+    assert winner_plan.commit(winner_txn) == WINNER_VERSION
     if expected == RETRIED:
-        assert loser_txn.commit(plan.actions, plan.operation) == RETRIED
+        assert plan.commit(loser_txn) == RETRIED
         level = override or table_level or WS
         assert commit_lines(tmp_path, RETRIED)[0]["commitInfo"]["isolationLevel"] == level
     else:
@@ -664,7 +853,7 @@ def test_write_serializable_checks_blind_appends_when_we_change_metadata(tmp_pat
     plan = read_append(loser_txn, "loser")
     winner_txn = log.start_transaction(snapshot)
     winner_plan = blind_append(winner_txn, "winner")
-    assert winner_txn.commit(winner_plan.actions, winner_plan.operation) == WINNER_VERSION
+    assert winner_plan.commit(winner_txn) == WINNER_VERSION
     assert_conflict(tmp_path, loser_txn, plan, winner_plan, CA)
 
 
@@ -677,8 +866,8 @@ def test_write_serializable_blind_append_elsewhere_with_metadata_change(tmp_path
     plan = read_append(loser_txn, "loser", "a")
     winner_txn = log.start_transaction(snapshot)
     winner_plan = blind_append(winner_txn, "winner", "b")
-    assert winner_txn.commit(winner_plan.actions, winner_plan.operation) == WINNER_VERSION
-    assert loser_txn.commit(plan.actions, plan.operation) == RETRIED
+    assert winner_plan.commit(winner_txn) == WINNER_VERSION
+    assert plan.commit(loser_txn) == RETRIED
 
 
 def test_both_deleting_the_same_file_without_reading_it(tmp_path: Path) -> None:
@@ -702,7 +891,7 @@ def test_different_app_ids_do_not_conflict(tmp_path: Path) -> None:
     version = loser_txn.txn_version("other-app") + 1
     winner_txn = log.start_transaction(snapshot)
     winner_plan = same_app_txn(winner_txn, "winner")
-    assert winner_txn.commit(winner_plan.actions, winner_plan.operation) == WINNER_VERSION
+    assert winner_plan.commit(winner_txn) == WINNER_VERSION
     actions = [_new_file("loser", "a"), SetTransaction("other-app", version)]
     assert loser_txn.commit(actions, Operation("STREAMING UPDATE")) == RETRIED
     assert DeltaLog(str(tmp_path)).update().transactions == {APP_ID: 0, "other-app": 0}
