@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_delta.operators.command import DeltaCommandOperator, split_columns
+from airflow_delta.operators.command import DeltaCommandOperator, optional_text, split_columns
 from airflow_delta.operators.commit import is_templated
 
 if TYPE_CHECKING:
@@ -52,10 +52,10 @@ class DeltaOptimizeOperator(DeltaCommandOperator):
         (templated)
     :param zorder_by: columns (data columns, not partition columns) to Z-order by: a list, or
         a comma-separated string. None or empty: bin-packing only. (templated)
-    :param target_size: bytes per written file (default: the engine's, from the table's
-        `delta.targetFileSize` when set). (templated)
-    :param min_file_size: files of at least this many bytes are left alone by bin-packing
-        (default: the engine's). (templated)
+    :param target_size: bytes a compacted file aims at (default: the table's
+        `delta.targetFileSize`, else 256 MiB). (templated)
+    :param min_file_size: files smaller than this are compacted, larger ones left alone unless
+        they have a deletion vector (default: `target_size`). (templated)
 
     Example::
 
@@ -120,18 +120,29 @@ class DeltaOptimizeOperator(DeltaCommandOperator):
                 "pass None to optimize the whole table"
             )
         zorder_by = split_columns(self.zorder_by) or None
-        sizes: dict[str, int] = {}
-        if self.target_size is not None and str(self.target_size).strip():
-            sizes["target_size"] = int(self.target_size)
-        if self.min_file_size is not None and str(self.min_file_size).strip():
-            sizes["min_file_size"] = int(self.min_file_size)
+        target_size, min_file_size = self.size("target_size"), self.size("min_file_size")
+        sizes = {"target_size": target_size, "min_file_size": min_file_size}
         log.info(
             "OPTIMIZE table %s (version %s)%s%s%s, in process",
             self.table_uri,
             txn.read_version,
             f" where {partition_filter}" if partition_filter else "",
             f" ZORDER BY ({', '.join(zorder_by)})" if zorder_by else "",
-            "".join(f", {k}={v}" for k, v in sizes.items()),
+            "".join(f", {k}={v}" for k, v in sizes.items() if v is not None),
         )
-        result: CommitResult = optimize(txn, partition_filter, zorder_by=zorder_by, **sizes)
-        return result
+        return optimize(
+            txn,
+            partition_filter,
+            target_size=target_size,
+            min_file_size=min_file_size,
+            zorder_by=zorder_by,
+        )
+
+    def size(self, name: str) -> int | None:
+        """The rendered `target_size` / `min_file_size`: None when unset (the engine's
+        default), else a checked integer."""
+        text = optional_text(getattr(self, name))
+        if text is None:
+            return None
+        check_size(name, text, minimum=1 if name == "target_size" else 0)
+        return int(text)

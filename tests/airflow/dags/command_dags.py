@@ -105,11 +105,21 @@ with DAG(
     compact >> zorder
 
 with DAG(
-    "t_restore", schedule=None, start_date=START, catchup=False, params={"version": 1}
+    "t_restore",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    params={"version": 1, "timestamp": ""},
 ) as t_restore:
-    fail_after_commit(DeltaRestoreOperator)(
+    restore = fail_after_commit(DeltaRestoreOperator)(
         task_id="restore",
         table_uri=table("restored"),
         version="{{ params.version }}",
         **RETRY,
     )
+    restore_by_time = DeltaRestoreOperator(
+        task_id="restore_by_time",
+        table_uri=table("restored"),
+        timestamp="{{ params.timestamp }}",
+    )
+    restore >> restore_by_time

@@ -19,17 +19,6 @@ from tests.engine.commands.dml_tables import batch, create, expected, rows
 DATA = [batch(range(0, 6)), batch(range(6, 12))]
 
 
-@pytest.fixture
-def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any attempt to start a Spark session fails the task."""
-    from airflow_delta.hooks.delta import DeltaHook
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("an in-process table command started a Spark session")
-
-    monkeypatch.setattr(DeltaHook, "get_spark_session", refuse)
-
-
 def task_log(caplog: pytest.LogCaptureFixture) -> str:
     return "\n".join(r.getMessage() for r in caplog.records)
 
