@@ -1,9 +1,9 @@
 """The `airflow-delta` command: inspect and maintain Delta tables from a shell.
 
 Every subcommand prints compact JSON on stdout: one object (`describe`, `checkpoint`,
-`vacuum`) or JSON lines (`files`, `history`). On failure the exit code is 1 and stderr holds
-exactly one line, ``error: <ExceptionClassName>: <message>``. Argument errors keep argparse's
-exit code 2.
+`vacuum`, `delete`, `update`, `optimize`, `restore`) or JSON lines (`files`, `history`). On
+failure the exit code is 1 and stderr holds exactly one line,
+``error: <ExceptionClassName>: <message>``. Argument errors keep argparse's exit code 2.
 
 Examples::
 
@@ -13,6 +13,14 @@ Examples::
     airflow-delta history /data/events --limit 5
     airflow-delta checkpoint /data/events
     airflow-delta vacuum /data/events --retention-hours 168 --dry-run
+    airflow-delta delete /data/events --predicate "day < '2024-01-01' AND user_id = 42"
+    airflow-delta update /data/orders --set "status='closed'" --predicate "status = 'open'"
+    airflow-delta optimize /data/events --partition-filter "day = '2024-06-01'" --zorder-by user_id
+    airflow-delta restore /data/events --version 12
+
+The commands that commit (`delete`, `update`, `optimize`, `restore`) print the commit's result:
+`{table, version, operation, skipped, read_version, attempts, conflicts_resolved, hooks,
+metrics}`; `version` is null and `skipped` true when there was nothing to change.
 """
 
 from __future__ import annotations
@@ -194,6 +202,112 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     return 0
 
 
+def _commit_properties(args: argparse.Namespace) -> Any:
+    """The CommitProperties of a committing command (its --user-metadata)."""
+    from airflow_delta.engine import CommitProperties
+
+    return CommitProperties(user_metadata=args.user_metadata)
+
+
+def _emit_commit(result: Any) -> int:
+    """Print a command's CommitResult as one JSON object."""
+    _emit([_dumps(result.to_dict())])
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """DELETE the rows matching --predicate (every row with --all-rows), in process."""
+    from airflow_delta.engine import delete
+
+    result = delete(
+        args.uri,
+        None if args.all_rows else args.predicate,
+        storage_options=dict(args.storage_options or []),
+        commit_properties=_commit_properties(args),
+    )
+    return _emit_commit(result)
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    """UPDATE the rows matching --predicate (every row with --all-rows), in process."""
+    from airflow_delta.engine import update
+
+    assignments: dict[str, str] = {}
+    for column, value in args.assignments:
+        if column in assignments:
+            raise ValueError(f"--set assigns column {column!r} twice")
+        assignments[column] = value
+    result = update(
+        args.uri,
+        assignments,
+        None if args.all_rows else args.predicate,
+        storage_options=dict(args.storage_options or []),
+        commit_properties=_commit_properties(args),
+    )
+    return _emit_commit(result)
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """OPTIMIZE (compact, or Z-order with --zorder-by) the table or the filtered partitions."""
+    from airflow_delta.engine import optimize
+
+    result = optimize(
+        args.uri,
+        args.partition_filter,
+        target_size=args.target_size,
+        min_file_size=args.min_file_size,
+        zorder_by=args.zorder_by or None,
+        storage_options=dict(args.storage_options or []),
+        commit_properties=_commit_properties(args),
+    )
+    return _emit_commit(result)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """RESTORE the table to --version or --timestamp, as a new commit."""
+    from airflow_delta.engine import restore
+
+    result = restore(
+        args.uri,
+        version=args.version,
+        timestamp=args.timestamp,
+        ignore_missing_files=args.ignore_missing_files,
+        storage_options=dict(args.storage_options or []),
+        commit_properties=_commit_properties(args),
+    )
+    return _emit_commit(result)
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    """Parse one `COLUMN=SQL` assignment of `update --set` (a `quoted` column may hold `=`)."""
+    text = text.strip()
+    if text.startswith("`"):
+        end = text.find("`", 1)
+        column, rest = (text[1:end], text[end + 1 :].lstrip()) if end > 0 else ("", "")
+        sep, value = rest[:1], rest[1:]
+    else:
+        column, sep, value = text.partition("=")
+        column = column.strip()
+    if sep != "=" or not column or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected COLUMN=SQL, got {text!r}")
+    return column, value.strip()
+
+
+def _columns(text: str) -> list[str]:
+    """A comma-separated list of column names."""
+    columns = [c.strip() for c in text.split(",")]
+    if not all(columns):
+        raise argparse.ArgumentTypeError(f"expected column names separated by commas, got {text!r}")
+    return columns
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -264,7 +378,85 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_vacuum)
 
+    p = sub.add_parser("delete", help="DELETE the rows matching a predicate (in process)")
+    _add_common(p)
+    _add_predicate(p, "delete")
+    _add_user_metadata(p)
+    p.set_defaults(handler=cmd_delete)
+
+    p = sub.add_parser("update", help="UPDATE the rows matching a predicate (in process)")
+    _add_common(p)
+    p.add_argument(
+        "--set",
+        dest="assignments",
+        metavar="COLUMN=SQL",
+        type=_assignment,
+        action="append",
+        required=True,
+        help="an assignment (repeatable): a column, a literal ('x', 42, NULL, DATE '...') "
+        "or a condition",
+    )
+    _add_predicate(p, "update")
+    _add_user_metadata(p)
+    p.set_defaults(handler=cmd_update)
+
+    p = sub.add_parser("optimize", help="compact small files, or Z-order (in process)")
+    _add_common(p)
+    p.add_argument(
+        "--partition-filter",
+        metavar="SQL",
+        help="only the partitions matching this condition over partition columns",
+    )
+    p.add_argument(
+        "--zorder-by", type=_columns, metavar="COL[,COL...]", help="cluster by these columns"
+    )
+    p.add_argument(
+        "--target-size",
+        type=_positive_int,
+        metavar="BYTES",
+        help="size a compacted file aims at (default: delta.targetFileSize, else 256 MiB)",
+    )
+    p.add_argument(
+        "--min-file-size",
+        type=_non_negative_int,
+        metavar="BYTES",
+        help="files smaller than this are compacted (default: the target size)",
+    )
+    _add_user_metadata(p)
+    p.set_defaults(handler=cmd_optimize)
+
+    p = sub.add_parser("restore", help="RESTORE the table to an earlier version, as a new commit")
+    _add_common(p)
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--version", type=_non_negative_int, metavar="N", help="version to restore")
+    when.add_argument(
+        "--timestamp",
+        metavar="ISO8601",
+        help="restore the latest version committed at or before this time (UTC when no offset)",
+    )
+    p.add_argument(
+        "--ignore-missing-files",
+        action="store_true",
+        help="restore even when data files of that version are gone (they are left out)",
+    )
+    _add_user_metadata(p)
+    p.set_defaults(handler=cmd_restore)
+
     return parser
+
+
+def _add_predicate(parser: argparse.ArgumentParser, verb: str) -> None:
+    """--predicate SQL, or --all-rows: one of them is required (no command changes every row
+    by omission)."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--predicate", metavar="SQL", help=f"{verb} the rows where this condition is true"
+    )
+    which.add_argument("--all-rows", action="store_true", help=f"{verb} every row")
+
+
+def _add_user_metadata(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user-metadata", metavar="TEXT", help="stored as commitInfo.userMetadata")
 
 
 # -- entry point -------------------------------------------------------------------------------
