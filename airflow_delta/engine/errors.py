@@ -34,6 +34,11 @@ class UnsupportedStorageError(DeltaError):
     """The filesystem cannot make commits atomic, and single-writer mode was not chosen."""
 
 
+class StorageAccessError(DeltaError, PermissionError):
+    """The storage found no credentials, or refused the ones given (the message says where
+    credentials come from for that storage)."""
+
+
 class CommitFailedError(DeltaError):
     """A commit was retried the maximum number of times without succeeding."""
 

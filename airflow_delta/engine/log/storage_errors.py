@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from airflow_delta.engine.errors import DeltaError
+from airflow_delta.engine.errors import DeltaError, StorageAccessError
 
 Verdict = Literal["transient", "permanent", "generic"] | None
 
@@ -252,3 +252,47 @@ def _http_status(exc: BaseException) -> int | None:
 def _response(exc: BaseException) -> dict[str, Any]:
     response = getattr(exc, "response", None)
     return response if isinstance(response, dict) else {}
+
+
+#: Where each storage takes credentials from, for StorageAccessError: (scheme, aliases, hint).
+_CREDENTIAL_HINTS = (
+    (
+        "s3",
+        {"s3", "s3a"},
+        "Give AWS credentials: the Airflow connection (login = access key id, password = "
+        "secret, or extras), storage_options such as {'AWS_ACCESS_KEY_ID': ..., "
+        "'AWS_SECRET_ACCESS_KEY': ...}, or the environment (AWS_PROFILE, AWS_ACCESS_KEY_ID, "
+        "an instance role), with rights to list, read and write the table's prefix.",
+    ),
+    (
+        "gs",
+        {"gs", "gcs"},
+        "Give Google credentials: storage_options {'token': <path to a service account "
+        "JSON>} or GOOGLE_APPLICATION_CREDENTIALS in the environment.",
+    ),
+    (
+        "abfs",
+        {"abfs", "abfss", "az", "adl"},
+        "Give Azure credentials: storage_options {'account_name': ..., 'account_key': ...} "
+        "(or 'sas_token', or a service principal's tenant_id/client_id/client_secret).",
+    ),
+    ("file", {"file", "local"}, "Check that this user may read and write the table's directory."),
+)
+
+
+def storage_access_error(
+    protocols: set[str], path: str, exc: BaseException
+) -> StorageAccessError | None:
+    """The StorageAccessError for `exc` raised at `path` on a filesystem of `protocols`, when
+    `exc` says the credentials are missing or refused (else None): it names the path and
+    where that storage takes credentials from."""
+    if isinstance(exc, StorageAccessError) or not is_access_error(exc):
+        return None
+    scheme, hint = "/".join(sorted(protocols)), "Check the credentials given to the storage."
+    for name, aliases, text in _CREDENTIAL_HINTS:
+        if protocols & aliases:
+            scheme, hint = name, text
+            break
+    where = path if scheme == "file" or "://" in path else f"{scheme}://{path}"
+    detail = str(exc).splitlines()[0] if str(exc) else "access denied"
+    return StorageAccessError(f"Cannot access {where} ({type(exc).__name__}: {detail}). {hint}")

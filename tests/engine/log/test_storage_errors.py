@@ -19,6 +19,7 @@ from s3fs.errors import translate_boto_error
 from airflow_delta.engine.errors import (
     CorruptLogError,
     DeltaProtocolError,
+    StorageAccessError,
     TableNotFoundError,
     UnsupportedStorageError,
 )
@@ -168,7 +169,7 @@ def test_an_unreachable_endpoint_is_transient() -> None:
     assert not is_access_error(caught.value)
 
 
-def test_missing_credentials_are_a_permanent_access_error(
+def test_missing_credentials_are_a_permanent_typed_access_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -176,13 +177,20 @@ def test_missing_credentials_are_a_permanent_access_error(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(NoCredentialsError) as caught:
+    with pytest.raises(StorageAccessError) as caught:
         latest_version_since(s3_location(closed_port()), 3)
     assert not is_transient_storage_error(caught.value)
     assert is_access_error(caught.value)
+    # one typed error (not a botocore traceback) naming the path and where credentials go
+    message = str(caught.value)
+    assert message.startswith("Cannot access s3://bucket/t/_delta_log/")
+    assert "NoCredentialsError" in message and "AWS_ACCESS_KEY_ID" in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert isinstance(caught.value, PermissionError)  # callers catching PermissionError still do
 
 
 def test_a_bad_uri_is_permanent() -> None:
     with pytest.raises(ValueError, match="nosuchproto") as caught:
         TableLocation.of("nosuchproto://bucket/t")
     assert not is_transient_storage_error(caught.value)
+
