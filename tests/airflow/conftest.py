@@ -7,7 +7,8 @@ reads its configuration on import); `airflow_db` migrates the database once per 
 `tests/airflow/dags/`; they put their tables under `$AIRFLOW_DELTA_TEST_ROOT`, a directory of
 this worker, and `load_dag(dag_id)` gives the DAG object to run.
 
-`flaky` injects storage failures into the polls of the sensor and trigger tests.
+`flaky` injects storage failures into the polls of the sensor and trigger tests; `no_spark`
+fails any task that would start a Spark session.
 """
 
 from __future__ import annotations
@@ -102,3 +103,15 @@ def flaky(
         return stand_in
 
     return install
+
+
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt to start a Spark session fails the task (`dag.test()` runs tasks in this
+    process): for the operators that run the engine's commands in process."""
+    from airflow_delta.hooks.delta import DeltaHook
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an in-process table command started a Spark session")
+
+    monkeypatch.setattr(DeltaHook, "get_spark_session", refuse)
