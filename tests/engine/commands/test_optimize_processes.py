@@ -12,6 +12,7 @@ fresh snapshot, as an Airflow retry would.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 from collections import Counter
 from pathlib import Path
 
@@ -25,10 +26,14 @@ SEED = 40
 DELETED = list(range(0, SEED, 4))  # ten seed ids
 
 
-def _appender(uri: str, worker: int) -> None:
+def _appender(uri: str, worker: int, optimized: multiprocessing.synchronize.Event) -> None:
+    """Half the appends, then (once the optimizer has committed, so that the two interleave
+    however busy the machine is) the other half."""
     from tests.engine.commands.dml_tables import append, batch
 
     for n in range(APPENDS):
+        if n == APPENDS // 2 and not optimized.wait(timeout=240):
+            raise TimeoutError("the optimizer did not commit within 240 s")
         first = 1000 * (worker + 1) + n * ROWS_PER_APPEND
         append(uri, batch(range(first, first + ROWS_PER_APPEND)))
 
@@ -52,13 +57,19 @@ def _deleter(uri: str, counts: multiprocessing.Queue) -> None:
     counts.put(("delete", sum(_retry(delete, uri, f"id = {i}") for i in DELETED)))
 
 
-def _optimizer(uri: str, counts: multiprocessing.Queue, rounds: int) -> None:
+def _optimizer(
+    uri: str,
+    counts: multiprocessing.Queue,
+    rounds: int,
+    optimized: multiprocessing.synchronize.Event,
+) -> None:
     from airflow_delta.engine import optimize
 
     lost = 0
     for n in range(rounds):
         zorder = ["k", "id"] if n == rounds // 2 else None
         lost += _retry(optimize, uri, zorder_by=zorder, min_file_size=10**9)
+        optimized.set()
     counts.put(("optimize", lost))
 
 
@@ -69,9 +80,12 @@ def test_optimize_beside_appends_and_deletes_loses_nothing(tmp_path: Path) -> No
     uri = create(tmp_path / "t", *seed, dv=True)
     context = multiprocessing.get_context("spawn")
     counts: multiprocessing.Queue = context.Queue()
-    processes = [context.Process(target=_appender, args=(uri, w)) for w in range(APPENDERS)]
+    optimized = context.Event()
+    processes = [
+        context.Process(target=_appender, args=(uri, w, optimized)) for w in range(APPENDERS)
+    ]
     processes.append(context.Process(target=_deleter, args=(uri, counts)))
-    processes.append(context.Process(target=_optimizer, args=(uri, counts, 6)))
+    processes.append(context.Process(target=_optimizer, args=(uri, counts, 6, optimized)))
     for p in processes:
         p.start()
     for p in processes:
