@@ -146,7 +146,10 @@ from airflow.sdk import DAG
 
 from airflow_delta.assets import delta_table_asset
 from airflow_delta.operators.checkpoint import DeltaCheckpointOperator
+from airflow_delta.operators.dml import DeltaDeleteOperator, DeltaUpdateOperator
 from airflow_delta.operators.merge import DeltaMergeOperator
+from airflow_delta.operators.optimize import DeltaOptimizeOperator
+from airflow_delta.operators.restore import DeltaRestoreOperator
 from airflow_delta.operators.write import DeltaWriteOperator
 from airflow_delta.sensors.version import DeltaTableVersionSensor
 
@@ -181,7 +184,13 @@ with DAG("light_imports", schedule=None, start_date=dt.datetime(2026, 1, 1, tzin
         ],
     )
     maintain = DeltaCheckpointOperator(task_id="maintain", table_uri=TARGET)
-    wait >> write >> merge >> maintain
+    delete = DeltaDeleteOperator(task_id="delete", table_uri=TARGET, predicate="day < '{{ ds }}'")
+    update = DeltaUpdateOperator(
+        task_id="update", table_uri=TARGET, set={"status": "'late'"}, predicate="id = 1"
+    )
+    optimize = DeltaOptimizeOperator(task_id="optimize", table_uri=TARGET, zorder_by=["id"])
+    restore = DeltaRestoreOperator(task_id="restore", table_uri=TARGET, version="{{ params.v }}")
+    wait >> write >> merge >> maintain >> delete >> update >> optimize >> restore
 '''
 
 
@@ -230,7 +239,16 @@ def test_a_dag_of_the_operators_and_the_deferrable_sensor_parses_light(
         """
     )
     assert result["import_errors"] == {}
-    assert result["tasks"] == ["maintain", "merge", "wait", "write"]
+    assert result["tasks"] == [
+        "delete",
+        "maintain",
+        "merge",
+        "optimize",
+        "restore",
+        "update",
+        "wait",
+        "write",
+    ]
     assert result["deferrable"] is True
     assert result["hooks"] == ["checkpoint", "log_cleanup"]  # the order they run in
     assert len(result["errors"]) == 3, result["errors"]
