@@ -13,7 +13,8 @@ baseline in the task state store (Airflow >= 3.3) and the later pokes read it ba
 task state store they use the version the table had when the try first poked (by commit time).
 A deferred sensor hands its baseline to `DeltaTableVersionTrigger`.
 
-When the table reaches a version after the baseline (and at least `target_version`), the sensor
+When the table reaches `target_version` (at once when it is already there or past it), or
+without one a version after the baseline, the sensor
 pushes the XCom `delta_table_version` = `{table, version, baseline, timestamp, operation,
 recreated}`, puts the same dict in the `extra` of the asset events of its outlets, and returns the
 version. A version below the baseline means the table was recreated: a change with
@@ -69,7 +70,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     """Waits until a Delta table has a version after a baseline.
 
     :param table_uri: the table (local path, file://, s3://, ...). Templated.
-    :param target_version: wait until the version is at least this, too. Templated.
+    :param target_version: wait until the version is at least this (done at once when the
+        table is already there or past it; the baseline then does not matter). Templated.
     :param baseline_version: the version to compare with; default: the version the previous
         successful run of this task saw, else the table's current version. Templated.
     :param allow_recreation: a version below the baseline (the table was deleted and created

@@ -74,12 +74,13 @@ class VersionCheck:
 
     @property
     def done(self) -> bool:
-        """A version after the baseline (and at least the target), or a recreated table."""
+        """The target version reached (when there is one: a table already past it needs no
+        newer version), else a version after the baseline; or a recreated table."""
         if self.recreated:
             return True
-        return self.version > self.baseline and (
-            self.target_version is None or self.version >= self.target_version
-        )
+        if self.target_version is not None:
+            return self.version >= self.target_version
+        return self.version > self.baseline
 
 
 def latest_version_since(delta_log: DeltaLog, baseline: int) -> int:
@@ -225,14 +226,14 @@ def how_to_fix(exc: BaseException, delta_conn_id: str | None) -> str:
     from airflow_delta.engine.errors import DeltaError
     from airflow_delta.engine.log.storage_errors import is_access_error
 
-    if isinstance(exc, DeltaError | DeltaTableRecreatedError):
-        return ""  # the engine's errors and the recreation name the table and the fix
     source = f"the connection '{delta_conn_id}'" if delta_conn_id else "the environment"
-    if is_access_error(exc):
+    if is_access_error(exc):  # also the engine's StorageAccessError: name the connection
         return (
             f"Check the credentials of {source}: they must be allowed to list and read the "
             "table's _delta_log."
         )
+    if isinstance(exc, DeltaError | DeltaTableRecreatedError):
+        return ""  # the engine's errors and the recreation name the table and the fix
     return (
         f"Check table_uri and the storage options of {source} (and that the filesystem's fsspec "
         "package is installed), then clear the task."

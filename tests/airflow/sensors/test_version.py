@@ -278,6 +278,13 @@ class TestSensorRuns:
         writer.check()
         assert_found(dag_run, uri, version=3, baseline=0)
 
+    def test_target_version_already_reached_succeeds_at_once(self) -> None:
+        """The table is at 3 and the target is 2: nothing to wait for (it used to wait for a
+        version after 3, logging "waiting for version >= 2", until its timeout)."""
+        uri, _ = fresh_table("target_reached", versions=4)
+        dag_run = run_dag("s_poke", uri, target=2)
+        assert_found(dag_run, uri, version=3, baseline=3)
+
     def test_baseline_is_the_version_the_previous_successful_run_saw(
         self, sensor_misses: list[int]
     ) -> None:

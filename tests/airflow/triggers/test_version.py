@@ -288,7 +288,8 @@ def test_trigger_ends_at_once_on_real_permanent_errors(
     no_credentials = first_event(
         DeltaTableVersionTrigger("s3://bucket/t", 0, delta_conn_id="delta_nocreds")
     )
-    assert no_credentials["error_type"] == "NoCredentialsError"
+    assert no_credentials["error_type"] == "StorageAccessError"
+    assert "NoCredentialsError" in no_credentials["message"]
     assert no_credentials["fix"].startswith(
         "Check the credentials of the connection 'delta_nocreds'"
     )
