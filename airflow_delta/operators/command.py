@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_delta.operators.commit import DeltaCommitOperator, is_templated
+from airflow_delta.operators.commit import DeltaCommitOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -115,15 +115,3 @@ class DeltaCommandOperator(DeltaCommitOperator):
         if not getattr(self, "command_ran", False):
             return super().skip_reason(result)
         return f"{self.operation} found nothing to change in table {self.table_uri}"
-
-
-def check_not_negative(name: str, value: Any) -> None:
-    """ValueError unless `value` (when given and not a template) is an integer >= 0."""
-    if value is None or is_templated(value):
-        return
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if number < 0 or (isinstance(value, float) and value != number):
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")

@@ -123,3 +123,42 @@ with DAG(
         timestamp="{{ params.timestamp }}",
     )
     restore >> restore_by_time
+
+
+# -- a DELETE whose first run meets a concurrent append in the partition it read ------------------
+
+
+class DeleteMeetingAnAppend(DeltaDeleteOperator):
+    """On its first run, another writer appends a row to partition p = 'a' after the DELETE's
+    transaction read the table and before it commits: under Serializable the DELETE conflicts
+    (ConcurrentAppendException) and the operator runs it again on the new snapshot."""
+
+    appended = False
+
+    def run_command(self, txn: Any, context: Any) -> Any:
+        if not self.appended:
+            import pyarrow as pa
+
+            from airflow_delta.engine import DeltaLog, Operation
+            from airflow_delta.engine.commands.data_files import write_tasks
+
+            type(self).appended = True
+            row = pa.table(
+                {"id": [100], "k": [0], "s": ["s1"], "p": ["a"]},
+                pa.schema(
+                    [("id", pa.int64()), ("k", pa.int32()), ("s", pa.string()), ("p", pa.string())]
+                ),
+            )
+            other = DeltaLog.for_table(self.table_uri).start_transaction()
+            adds = write_tasks(other, [lambda: row], [], "WRITE")
+            other.commit(adds, Operation("WRITE", {"mode": "Append"}))
+        return super().run_command(txn, context)
+
+
+with DAG("t_command_conflict", schedule=None, start_date=START, catchup=False) as t_conflict:
+    DeleteMeetingAnAppend(
+        task_id="delete",
+        table_uri=table("contended"),
+        predicate="p = 'a' AND k = 0",
+        isolation_level="Serializable",
+    )
