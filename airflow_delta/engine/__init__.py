@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from airflow_delta.engine.commands.dml import delete, update
     from airflow_delta.engine.commands.optimize import optimize
     from airflow_delta.engine.commands.restore import restore
+    from airflow_delta.engine.commands.table_reader import (
+        read_table,
+        to_pandas,
+        to_pyarrow_dataset,
+    )
     from airflow_delta.engine.delta_log import DeltaLog
     from airflow_delta.engine.log.checkpoints import CheckpointResult
     from airflow_delta.engine.log.log_segment import LogSegment
@@ -58,7 +63,10 @@ _HOMES = {
     "TableLocation": "log.table_location",
     "delete": "commands.dml",
     "optimize": "commands.optimize",
+    "read_table": "commands.table_reader",
     "restore": "commands.restore",
+    "to_pandas": "commands.table_reader",
+    "to_pyarrow_dataset": "commands.table_reader",
     "update": "commands.dml",
 }
 
@@ -98,6 +106,9 @@ __all__ = [
     "TableLocation",
     "delete",
     "optimize",
+    "read_table",
     "restore",
+    "to_pandas",
+    "to_pyarrow_dataset",
     "update",
 ]

@@ -1,7 +1,8 @@
 """DeltaLog: the entry point to a table's transaction log.
 
 A facade over the engine's parts: snapshots and time travel (`engine.log`), transactions
-(`engine.txn`) and maintenance (`engine.commands.maintenance`). No engine module imports it.
+(`engine.txn`), reading rows without Spark (`engine.commands.table_reader`) and maintenance
+(`engine.commands.maintenance`). No engine module imports it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -31,6 +32,10 @@ from airflow_delta.engine.protocol.actions import CommitInfo, Metadata, Operatio
 from airflow_delta.engine.protocol.schema import schema_to_json
 from airflow_delta.engine.txn.commit_types import CommitProperties
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow.dataset as ds
 
 __all__ = ["DeltaLog", "Timestamp", "to_epoch_ms"]
 
@@ -104,6 +109,47 @@ class DeltaLog:
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each commit plus its `version`, newest first."""
         return history.history(self.location, limit)
+
+    # -- reading rows (no Spark) ---------------------------------------------------------
+
+    def read_table(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | Sequence[str] | None = None,
+        *,
+        version: int | None = None,
+        timestamp: Timestamp | None = None,
+    ) -> pa.Table:
+        """The rows that satisfy `filter` (SQL over any columns; NULL does not match) of the
+        latest version, `version` or the one at `timestamp`, as Arrow (see
+        `engine.commands.table_reader.read_table`).
+
+        >>> DeltaLog.for_table("/data/orders").read_table(["id"], "amount > 10")  # doctest: +SKIP
+        """
+        from airflow_delta.engine.commands.table_reader import read_table
+
+        return read_table(self.snapshot_at(version, timestamp), columns, filter)
+
+    def to_pandas(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | Sequence[str] | None = None,
+        *,
+        version: int | None = None,
+        timestamp: Timestamp | None = None,
+    ) -> pd.DataFrame:
+        """`read_table(...)` as a pandas DataFrame."""
+        return self.read_table(columns, filter, version=version, timestamp=timestamp).to_pandas()
+
+    def to_pyarrow_dataset(
+        self, *, version: int | None = None, timestamp: Timestamp | None = None
+    ) -> ds.Dataset:
+        """The table at the latest version, `version` or `timestamp` as a pyarrow Dataset: lazy
+        unless it uses column mapping or deletion vectors (see
+        `engine.commands.table_reader.to_pyarrow_dataset`)."""
+        from airflow_delta.engine.commands.table_reader import to_pyarrow_dataset
+
+        return to_pyarrow_dataset(self.snapshot_at(version, timestamp))
 
     # -- transactions ------------------------------------------------------------------
 

@@ -13,9 +13,13 @@ the Spark data plane:
   `list_view`: deltalake 1.6's MERGE and UPDATE do) or large types (`large_string`,
   `large_binary`, `large_list`), at any depth of lists, structs and maps, and dictionary
   encoded columns. The values are the same; the table's type is the regular one;
-- `FileReader` reads the data files of a transaction's snapshot as the table's columns, with
-  their partition values, leaving out the rows their deletion vectors delete when asked (the
-  in-process MERGE, DELETE and UPDATE read through it).
+- `FileReader` reads the data files of a snapshot (a transaction's, or one given) as the
+  table's columns, with their partition values, leaving out the rows their deletion vectors
+  delete when asked (the in-process MERGE, DELETE, UPDATE and OPTIMIZE and the Spark-free
+  `table_reader` read through it). `ColumnLayout` says where each column is found: with column
+  mapping (`name` and `id` modes) a data column is its physical name in the files (in `id`
+  mode also its parquet field id), nested fields included, and a partition column its
+  physical name in `partitionValues`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -33,8 +38,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorReader
-from airflow_delta.engine.errors import CorruptLogError
-from airflow_delta.engine.protocol.schema import parse_partition_value
+from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
+from airflow_delta.engine.log.snapshot import Snapshot
+from airflow_delta.engine.protocol.actions import Metadata, Protocol
+from airflow_delta.engine.protocol.features import reader_features
+from airflow_delta.engine.protocol.schema import delta_field_metadata, parse_partition_value
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 ArrowColumn: TypeAlias = pa.Array | pa.ChunkedArray
@@ -211,27 +219,189 @@ def _relayout(array: pa.Array, target: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(offsets_array, values, type=target, mask=mask)
 
 
+# -- column mapping ------------------------------------------------------------------------
+
+_PHYSICAL_NAME = "delta.columnMapping.physicalName"
+_FIELD_ID = "delta.columnMapping.id"
+_PARQUET_FIELD_ID = b"PARQUET:field_id"
+_LIST_FAMILIES = ("list", "fixed_size_list")
+
+
+def _physical_name(field: pa.Field, mapping: bool, table: str) -> str:
+    """The name of `field` (of the table's schema, Delta metadata kept) in the data files."""
+    if not mapping:
+        return str(field.name)
+    physical = delta_field_metadata(field).get(_PHYSICAL_NAME)
+    if not isinstance(physical, str) or not physical:
+        raise CorruptLogError(
+            f"Table {table} uses column mapping but column {field.name!r} has no {_PHYSICAL_NAME}"
+        )
+    return physical
+
+
+def _logical_type(given: pa.DataType, logical: pa.DataType, table: str) -> pa.DataType:
+    """`given` (a column's type in a file of a column-mapped table: physical names of nested
+    fields) with each struct field the schema's type `logical` names renamed to its logical
+    name, at any depth; fields the schema does not name keep theirs."""
+    if pa.types.is_struct(given) and pa.types.is_struct(logical):
+        by_physical = {_physical_name(f, True, table).lower(): f for f in _fields(logical)}
+        fields = []
+        for f in _fields(given):
+            match = by_physical.get(f.name.lower())
+            if match is None:
+                fields.append(f)
+            else:
+                fields.append(
+                    f.with_name(match.name).with_type(_logical_type(f.type, match.type, table))
+                )
+        return pa.struct(fields)
+    if pa.types.is_map(given) and pa.types.is_map(logical):
+        return pa.map_(
+            given.key_field.with_type(_logical_type(given.key_type, logical.key_type, table)),
+            given.item_field.with_type(_logical_type(given.item_type, logical.item_type, table)),
+            given.keys_sorted,
+        )
+    if _family(given) in _LIST_FAMILIES and _family(logical) in _LIST_FAMILIES:
+        value = given.value_field.with_type(
+            _logical_type(given.value_type, logical.value_type, table)
+        )
+        if pa.types.is_fixed_size_list(given):
+            return pa.list_(value, given.list_size)
+        if pa.types.is_large_list(given):
+            return pa.large_list(value)
+        if pa.types.is_list(given):
+            return pa.list_(value)
+    return given
+
+
+def _renamed(column: ArrowColumn, target: pa.DataType) -> ArrowColumn:
+    """`column` as `target`: the same type with other names of nested fields."""
+    if column.type == target:
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([_renamed(c, target) for c in column.chunks], target)
+    mask = column.is_null() if column.null_count else None
+    if pa.types.is_struct(target):
+        children = [_renamed(column.field(i), f.type) for i, f in enumerate(_fields(target))]
+        return pa.StructArray.from_arrays(children, fields=_fields(target), mask=mask)
+    if pa.types.is_map(target):
+        keys = _renamed(column.keys, target.key_type)
+        items = _renamed(column.items, target.item_type)
+        return pa.MapArray.from_arrays(column.offsets, keys, items, type=target, mask=mask)
+    if pa.types.is_fixed_size_list(target):
+        size = target.list_size
+        values = column.values.slice(column.offset * size, len(column) * size)
+        values = _renamed(values, target.value_type)
+        return pa.FixedSizeListArray.from_arrays(values, type=target, mask=mask)
+    values = _renamed(column.values, target.value_type)
+    kind = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+    return kind.from_arrays(column.offsets, values, type=target, mask=mask)
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Where each column of a table's schema is found: a partition column in the files'
+    `partitionValues` (under `partition_keys`), a data column in the parquet files under
+    `in_file` (its physical name with column mapping), or, in column mapping's `id` mode, by
+    the parquet field id (`field_ids`) when no column has that name."""
+
+    table: str
+    mapping: bool
+    fields: dict[str, pa.Field]  # the schema's fields, Delta metadata kept
+    delta_types: dict[str, Any]  # name -> the Delta type (JSON)
+    partition_keys: dict[str, str]  # partition column (schema name) -> partitionValues key
+    in_file: dict[str, str]
+    field_ids: dict[str, int]
+
+    @classmethod
+    def of(cls, metadata: Metadata, protocol: Protocol, table: str) -> ColumnLayout:
+        """The layout of a table's `metadata`; DeltaProtocolError for an unknown column
+        mapping mode, CorruptLogError for a mapped column without a physical name. The mode
+        counts when the protocol has the columnMapping feature (as in Spark: deltalake 1.6
+        records the mode without the feature and writes logical names)."""
+        mode = metadata.column_mapping_mode
+        if "columnMapping" not in reader_features(protocol):
+            mode = "none"
+        if mode not in ("none", "name", "id"):
+            raise DeltaProtocolError(f"Table {table} has unknown column mapping mode {mode!r}")
+        mapping = mode != "none"
+        fields = {f.name: f for f in metadata.schema}
+        delta = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
+        in_file = {name: _physical_name(f, mapping, table) for name, f in fields.items()}
+        by_lower = {name.lower(): name for name in fields}
+        partition_keys = {}
+        for column in metadata.partition_columns:
+            name = by_lower.get(column.lower(), column)
+            partition_keys[name] = in_file[name] if mapping and name in in_file else column
+        ids = {}
+        if mode == "id":
+            for name, f in fields.items():
+                value = delta_field_metadata(f).get(_FIELD_ID)
+                if isinstance(value, int):
+                    ids[name] = value
+        return cls(
+            table, mapping, fields, {f["name"]: f["type"] for f in delta}, partition_keys,
+            in_file, ids,
+        )  # fmt: skip
+
+    def find(self, file: pa.Schema, name: str) -> str | None:
+        """The name of column `name` (of the schema) in a file of schema `file`, or None."""
+        wanted = self.in_file.get(name, name).lower()
+        for f in file:
+            if f.name.lower() == wanted:
+                return str(f.name)
+        field_id = self.field_ids.get(name)
+        if field_id is not None:
+            for f in file:
+                if (f.metadata or {}).get(_PARQUET_FIELD_ID) == str(field_id).encode():
+                    return str(f.name)
+        return None
+
+    def logical(self, column: ArrowColumn, name: str) -> ArrowColumn:
+        """A data column as a file holds it, its nested fields renamed to the logical names."""
+        field = self.fields.get(name)
+        if not self.mapping or field is None or _family(column.type) is None:
+            return column
+        column = conform(column, plain_type(column.type))  # no view types left to rename
+        return _renamed(column, _logical_type(column.type, field.type, self.table))
+
+
 # -- data files of a snapshot -------------------------------------------------------------
 
 
 class FileReader:
-    """Reads data files of one transaction's snapshot as the table's columns (partition values
-    included), rows deleted by a file's deletion vector left out when asked.
+    """Reads data files of one snapshot (a transaction's, or one given) as the table's columns
+    (partition values included; physical names of column mapping resolved), rows deleted by a
+    file's deletion vector left out when asked.
 
-    `table` is the Arrow schema the columns are read as (the table's logical types);
+    `table` is the Arrow schema the columns are read as (the table's logical names and types);
     `lengths` holds the rows per file of the last `read`.
     """
 
-    def __init__(self, txn: OptimisticTransaction, table: pa.Schema) -> None:
-        self.txn = txn
+    def __init__(self, source: OptimisticTransaction | Snapshot, table: pa.Schema) -> None:
+        if isinstance(source, OptimisticTransaction):
+            self._txn: OptimisticTransaction | None = source
+            snapshot, version = source.snapshot, source.read_version
+        else:
+            self._txn = None
+            snapshot, version = source, source.version
+        self.snapshot = snapshot
+        self.table_uri = source.location.uri
+        self.version = version
         self.table = table
-        self.partition_columns = list(txn.metadata.partition_columns)
-        self.store = txn.location.store
-        self.root = txn.location.root
+        self.layout = ColumnLayout.of(source.metadata, source.protocol, self.table_uri)
+        self.partition_columns = list(self.layout.partition_keys)
+        self.store = source.location.store
+        self.root = source.location.root
         self.lengths = np.zeros(0, dtype=np.int64)
-        self.deletion_vectors = DeletionVectorReader(txn.location, txn.read_version)
-        fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
-        self._delta_types = {f["name"]: f["type"] for f in fields}
+        self.deletion_vectors = DeletionVectorReader(source.location, version)
+
+    @property
+    def txn(self) -> OptimisticTransaction:
+        """The transaction whose snapshot this reader reads (for readers made from one)."""
+        if self._txn is None:
+            raise TypeError(f"this reader of {self.table_uri} reads a snapshot, not a transaction")
+        return self._txn
 
     def read(self, files: pa.StructArray, columns: Sequence[str]) -> pa.Table:
         """The `columns` of every row of `files` (ADD_TYPE) that their deletion vectors keep,
@@ -260,7 +430,7 @@ class FileReader:
             deleted = self.deletion_vectors.read(dv)
             if len(deleted) and int(deleted[-1]) >= rows:
                 raise CorruptLogError(
-                    f"Table {self.txn.table} version {self.txn.read_version}: a deletion vector "
+                    f"Table {self.table_uri} version {self.version}: a deletion vector "
                     f"deletes row {int(deleted[-1])} of a file of {rows} rows"
                 )
             keep[deleted.astype(np.int64)] = False
@@ -270,34 +440,53 @@ class FileReader:
         """The `columns` of every row of the data file at `path` (as the log names it, its
         deletion vector not applied) whose partition values are `partition` (the log's map, as
         key-value pairs). Columns are read as the table's types (`conform`: view and large
-        types of other writers; other types cast, as after type widening)."""
-        location = self.store.file_path(
-            self.root, path, table=self.txn.table, version=self.txn.read_version
-        )
-        data = [c for c in columns if c not in self.partition_columns]
+        types of other writers; other types cast, as after type widening); a column the file
+        lacks is null."""
+        location = self.store.file_path(self.root, path, table=self.table_uri, version=self.version)
+        layout = self.layout
         try:
             with self.store.open_input(location) as f:
                 file = pq.ParquetFile(f, memory_map=self.store.is_local)
-                names = {n.lower(): n for n in file.schema_arrow.names}
-                present = [names[c.lower()] for c in data if c.lower() in names]
+                found = {
+                    c: layout.find(file.schema_arrow, c)
+                    for c in columns
+                    if c not in layout.partition_keys
+                }
+                present = sorted({n for n in found.values() if n is not None})
                 read = file.read(columns=present, use_threads=False)
         except FileNotFoundError:
-            raise self.txn.snapshot.missing_data_file(path) from None
-        given = dict(partition or [])
+            raise self.snapshot.missing_data_file(path) from None
+        given = {k.lower(): v for k, v in dict(partition or []).items()}
         arrays = []
         for name in columns:
             field = self.table.field(name)
-            found = names.get(name.lower())
-            if name in self.partition_columns:
-                value = parse_partition_value(given.get(name), self._delta_types[name])
+            if name in layout.partition_keys:
+                raw = given.get(layout.partition_keys[name].lower())
+                value = parse_partition_value(raw, layout.delta_types[name])
                 arrays.append(repeat_scalar(pa.scalar(value, field.type), read.num_rows))
-            elif found is None:
+            elif found[name] is None:
                 arrays.append(pa.nulls(read.num_rows, field.type))
             else:
-                arrays.append(_as_type(read.column(found), field, path))
+                column = layout.logical(read.column(found[name]), name)
+                if _shredded_variant(column.type):
+                    raise DeltaProtocolError(
+                        f"Table {self.table_uri} version {self.version}: data file {path} holds "
+                        f"column {name} as a shredded variant, which this reader cannot read; "
+                        "read the table on Spark 4.1 or later (airflow_delta.spark.read_delta)"
+                    )
+                arrays.append(_as_type(column, field, path))
         return pa.Table.from_arrays(
             arrays, schema=pa.schema([self.table.field(c) for c in columns])
         )
+
+
+def _shredded_variant(t: pa.DataType) -> bool:
+    """Whether `t` holds a shredded variant (a struct of `metadata` and `typed_value`)."""
+    if pa.types.is_struct(t) and {"metadata", "typed_value"} <= {f.name for f in _fields(t)}:
+        return True
+    if pa.types.is_dictionary(t):
+        return False
+    return any(_shredded_variant(t.field(i).type) for i in range(t.num_fields))
 
 
 def repeat_scalar(value: pa.Scalar, rows: int) -> pa.Array:
