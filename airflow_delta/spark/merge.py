@@ -150,7 +150,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         target = scan_files(spark, snapshot, files)
         fields = target.schema.fields
-        self._check_assignments([f.name for f in fields])
+        self._check_assignments([f.name for f in fields], self.source_df.columns)
         source = self.source_df.withColumn(_SOURCE, F.lit(True))
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         inserting = [c for c in self.clauses if c.kind == NOT_MATCHED]

@@ -16,8 +16,10 @@ error/ignore, schema merge/overwrite, idempotent writes) as one commit of the en
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import json
+import logging
 import re
 import time
 import uuid
@@ -56,11 +58,12 @@ from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.read import physical_name, plain_type
 
+log = logging.getLogger(__name__)
+
 _VIOLATION_COLUMN = "__airflow_delta_violation__"
 _FILE_ROW_DDL = (
     "path string, partitionValues string, size long, modificationTime long, stats string"
 )
-_VIOLATION_MARK = re.compile(r"<<airflow-delta-violation>>(.*?)<</airflow-delta-violation>>")
 _SAVE_MODES = {
     "append": "Append",
     "overwrite": "Overwrite",
@@ -70,8 +73,10 @@ _SAVE_MODES = {
 }
 
 
-class _TaskViolation(Exception):
-    """Carries a ConstraintViolationError from a writing task to the driver (as marked JSON)."""
+#: The `path` of the row a writing task returns instead of files when a row breaks a constraint
+#: (its `stats` hold the violation as JSON): no task fails, so Spark logs no stack trace and
+#: retries nothing.
+_VIOLATION_PATH = "<<airflow-delta-violation>>"
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ NUMERIC_ORDER = (
     T.FloatType,
     T.DoubleType,
 )
+
 _INTEGRAL_DIGITS: dict[type[T.DataType], int] = {
     T.ByteType: 3,
     T.ShortType: 5,
@@ -188,6 +194,13 @@ def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) ->
             columns.append(F.col(quote_identifier(source.name)).alias(f.name))
         else:
             columns.append(F.col(quote_identifier(source.name)).cast(f.dataType).alias(f.name))
+    missing = [f.name for f in target.fields if f.name.lower() not in given and f.nullable]
+    if missing and not problems:
+        log.warning(
+            "Writing to table %s: the DataFrame has no column %s; written as NULL.",
+            table,
+            ", ".join(missing),
+        )
     if problems:
         raise SchemaMismatchError(
             f"The DataFrame does not match the schema of table {table}:\n - "
@@ -273,26 +286,36 @@ def _violation_column(checks: Sequence[Constraint]) -> Column:
 
 
 def _shown(value: Any) -> str:
-    text = "null" if value is None else repr(value)
+    """A value of a row as SQL shows it (`'text'`, `2024-01-01`, `1.50`, `true`, `null`)."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = "'" + value.replace("'", "''") + "'"
+    elif isinstance(value, dt.date | dt.datetime | dt.time):
+        text = value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    elif isinstance(value, bytes):
+        text = "X'" + value.hex().upper() + "'"
+    else:
+        text = str(value)
     return text if len(text) <= 100 else text[:100] + "..."
 
 
-def _check_batch(
+def _violation(
     checks: Sequence[Constraint], batch: pa.RecordBatch, physical_names: Mapping[str, str]
-) -> None:
-    """Raise _TaskViolation for the first row of `batch` that violates a constraint."""
+) -> dict[str, str] | None:
+    """The first row of `batch` that violates a constraint, as ConstraintViolationError's
+    arguments; None when every row holds."""
     flags = batch.column(_VIOLATION_COLUMN)
     if flags.null_count == len(flags):
-        return
+        return None
     row = pc.indices_nonzero(pc.is_valid(flags))[0].as_py()
     check = checks[flags[row].as_py()]
     values = batch.slice(row, 1).to_pylist()[0]
     shown = "".join(f"\n - {c} : {_shown(values[physical_names.get(c, c)])}" for c in check.columns)
     message = f"{check.message} violated by row with values:{shown}"
-    payload = {"message": message, "constraint": check.name, "expression": check.expression}
-    raise _TaskViolation(
-        f"<<airflow-delta-violation>>{json.dumps(payload)}<</airflow-delta-violation>>"
-    )
+    return {"message": message, "constraint": check.name, "expression": check.expression}
 
 
 # --------------------------------------------------------------------------- writing tasks
@@ -311,8 +334,12 @@ def _write_task(
         for batch in batches:
             if not batch.num_rows:
                 continue
-            if checks:
-                _check_batch(checks, batch, physical_names)
+            violation = _violation(checks, batch, physical_names) if checks else None
+            if violation is not None:
+                writer.abort()
+                row = {"path": _VIOLATION_PATH, "stats": json.dumps(violation)}
+                yield pa.RecordBatch.from_pylist([row], schema=FILE_ROW_SCHEMA)
+                return
             for values, table in partition_runs(plan, batch):
                 writer.add(values, table)
         rows = writer.finish()
@@ -323,15 +350,28 @@ def _write_task(
         yield pa.RecordBatch.from_pylist(rows, schema=FILE_ROW_SCHEMA)
 
 
-def _collect(data: DataFrame) -> list[Row]:
-    """Run the write job; a constraint violation in a task becomes ConstraintViolationError."""
-    try:
-        return data.collect()
-    except Exception as exc:
-        match = _VIOLATION_MARK.search(str(exc))
-        if match is None:
-            raise
-        raise ConstraintViolationError(**json.loads(match[1])) from None
+def _collect(data: DataFrame, txn: OptimisticTransaction) -> list[Row]:
+    """Run the write job: the rows of the files written. A row that broke a constraint in a
+    task becomes ConstraintViolationError naming the table (the files of the other tasks are
+    removed: nothing is committed)."""
+    rows = data.collect()
+    violations = [r for r in rows if r["path"] == _VIOLATION_PATH]
+    if not violations:
+        return rows
+    location = txn.location
+    written = [
+        location.store.file_path(location.root, r["path"], table=txn.table, version=-1)
+        for r in rows
+        if r["path"] != _VIOLATION_PATH
+    ]
+    location.store.delete_many(written)
+    found = json.loads(violations[0]["stats"])
+    raise ConstraintViolationError(
+        f"Table {txn.table}: nothing written (it stays at version {txn.read_version}): "
+        f"{found['message']}\nFix or filter the rows that break it, or change the constraint.",
+        found["constraint"],
+        found["expression"],
+    )
 
 
 def _check_writable(txn: OptimisticTransaction) -> None:
@@ -411,7 +451,7 @@ def write_files(
         data = _to_physical(data, schema_json, txn.table)
     plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
     task = functools.partial(_write_task, plan, checks, physical_names)
-    return add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL))])
+    return add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL), txn)])
 
 
 # --------------------------------------------------------------------------- write_delta

@@ -512,6 +512,30 @@ def test_constraint_violation_commits_nothing(spark: SparkSession, table: str, c
     assert canon(engine_rows(table)) == canon([{"id": i, "x": x} for i, x in good])
 
 
+def test_constraint_violation_is_one_clear_error(
+    spark: SparkSession, table: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The error names the table and its version and shows the row's values as SQL does; no
+    task fails (no Java stack trace in the output, nothing for Spark to retry), and the files
+    of the tasks whose rows were fine are removed."""
+    schema = pa.schema([("id", pa.int64()), ("x", pa.string()), ("d", pa.date32())])
+    DeltaLog.create_table(table, schema, configuration={"delta.constraints.short": "len(x) < 4"})
+    rows = [(i, "ok", dt.date(2024, 1, 1)) for i in range(20)] + [(99, "too long", None)]
+    df = spark.createDataFrame(rows, "id long, x string, d date").repartition(4)
+    capfd.readouterr()
+    with pytest.raises(ConstraintViolationError) as info:
+        write_delta(df, table)
+    message = str(info.value)
+    assert message.startswith(f"Table {table}: nothing written (it stays at version 0): ")
+    assert "CHECK constraint short (len(x) < 4)" in message and "x : 'too long'" in message
+    assert "Fix or filter the rows" in message and "<<" not in message
+    output = capfd.readouterr()
+    assert "Exception in task" not in output.err + output.out
+    assert "at org.apache" not in output.err + output.out
+    assert parquet_files(table) == set()
+    assert DeltaLog.for_table(table).update().version == 0
+
+
 # -- schemas -------------------------------------------------------------------------------
 
 
@@ -623,3 +647,15 @@ def test_executors_write_to_s3(spark: SparkSession, s3_bucket: tuple[str, dict[s
     theirs = pa.table(DeltaTable(uri, storage_options=options).get_add_actions(flatten=True))
     assert sorted(theirs.column("partition.p").to_pylist()) == ["a", "b", "c"]
     assert pc.sum(theirs.column("num_records")).as_py() == len(ROWS)
+
+
+def test_a_missing_nullable_column_is_written_as_null_with_a_warning(
+    spark: SparkSession, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    DeltaLog.create_table(table, pa.schema([("id", pa.int64()), ("note", pa.string())]))
+    with caplog.at_level("WARNING", logger="airflow_delta.spark.write"):
+        write_delta(spark.createDataFrame([(1,)], "id long"), table)
+    assert f"Writing to table {table}: the DataFrame has no column note; written as NULL" in (
+        caplog.text
+    )
+    assert engine_rows(table) == [{"id": 1, "note": None}]

@@ -314,9 +314,24 @@ class MergeBuilder:
             return f"{quote_identifier(self.source_alias)}.{quote_identifier(column)}"
         return clause.assignments.get(column)
 
-    def _check_assignments(self, columns: list[str]) -> None:
-        """Key every assignment by its target column; ValueError for an unknown or repeated one."""
+    def _check_assignments(self, columns: list[str], source_columns: Sequence[str] = ()) -> None:
+        """Key every assignment by its target column; ValueError for an unknown or repeated one.
+
+        Warns when an update-all or insert-all clause leaves source columns out because the
+        table has no column of their name (`source_columns`: the source's).
+        """
         by_lower = {c.lower(): c for c in columns}
+        ignored = [c for c in source_columns if c.lower() not in by_lower]
+        star = [c for c in self.clauses if c.assignments is None and c.action != "delete"]
+        if ignored and star:
+            log.warning(
+                "MERGE into %s: the %s clause ignores the source columns the table does not have: "
+                "%s. Add them to the table first (ALTER TABLE, or a write with merge_schema=True) "
+                "to keep them.",
+                self.target_uri,
+                " and ".join(sorted({f"{c.action}-all" for c in star})),
+                ", ".join(ignored),
+            )
         prefix = f"{self.target_alias.lower()}."
         for index, clause in enumerate(self.clauses):
             if not clause.assignments:

@@ -160,7 +160,7 @@ class ArrowMergeBuilder(MergeBuilder):
         source = plain_table(arrow_table(self.source_df))
         self.source_df = source
         table = self._table_schema(txn)
-        self._check_assignments(table.names)
+        self._check_assignments(table.names, source.column_names)
         conjuncts = self._partition_conjuncts(txn)
         keys = self._keys(conjuncts, table, source)
         clauses: dict[str, list[_Clause]] = {

@@ -123,3 +123,15 @@ def test_engine_merge_does_not_import_spark() -> None:
         "sys.exit('pyspark' in sys.modules or 'airflow' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_star_clauses_warn_about_source_columns_the_table_lacks(
+    table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    updates = pa.table({"id": [2, 7], "day": [DAY1, DAY2], "region": ["x", "y"], "extra": [1, 2]})
+    with caplog.at_level("WARNING", logger="airflow_delta.engine.commands.merge"):
+        merge = merge_arrow(table, updates, "t.id = s.id")
+        merge.when_matched_update_all().when_not_matched_insert_all().execute()
+    assert f"MERGE into {table}: the insert-all and update-all clause ignores" in caplog.text
+    assert "the table does not have: extra." in caplog.text
+    assert (7, DAY2, "y") in rows_of(table)
