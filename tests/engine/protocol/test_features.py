@@ -1,0 +1,73 @@
+"""Which tables the engine writes: the writer features a commit honours.
+
+A table may carry the variant type's features without a variant column: deltalake 1.6 puts
+`variantType` on every table with deletion vectors. Such a table is written; one with a variant
+column is refused with an error naming the columns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from airflow_delta.engine import DeltaLog, Metadata, Protocol, delete, read_table
+from airflow_delta.engine.errors import DeltaProtocolError
+from airflow_delta.engine.protocol.features import check_writer_support
+
+VARIANT = Protocol(3, 7, ["variantType", "deletionVectors"], ["variantType", "deletionVectors"])
+
+
+def schema_with(*fields: tuple[str, object]) -> str:
+    return json.dumps(
+        {
+            "type": "struct",
+            "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+        }
+    )
+
+
+def test_a_deltalake_deletion_vector_table_is_written(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]})
+    write_deltalake(uri, data, configuration={"delta.enableDeletionVectors": "true"})
+    assert "variantType" in (DeltaLog.for_table(uri).update().protocol.writer_features or [])
+    result = delete(uri, "id = 2")
+    assert result.version == 1 and result.metrics["numDeletionVectorsAdded"] == 1
+    assert sorted(read_table(uri).column("id").to_pylist()) == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ((("id", "long"), ("payload", "variant")), "payload"),
+        (
+            (
+                ("id", "long"),
+                (
+                    "s",
+                    {
+                        "type": "struct",
+                        "fields": [
+                            {"name": "inner", "type": "variant", "nullable": True, "metadata": {}}
+                        ],
+                    },
+                ),
+            ),  # noqa: E501
+            "s.inner",
+        ),
+    ],
+)
+def test_a_table_with_a_variant_column_is_refused_naming_it(fields, named: str) -> None:
+    metadata = Metadata(schema_string=schema_with(*fields))
+    with pytest.raises(DeltaProtocolError, match=rf"its columns {named} are of type variant"):
+        check_writer_support(VARIANT, "/data/t", metadata)
+
+
+def test_variant_features_without_metadata_stay_unsupported() -> None:
+    """Without the metadata nothing proves the table has no variant column."""
+    with pytest.raises(DeltaProtocolError, match="variantType"):
+        check_writer_support(VARIANT, "/data/t")
