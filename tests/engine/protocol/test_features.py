@@ -56,7 +56,7 @@ def test_a_deltalake_deletion_vector_table_is_written(tmp_path: Path) -> None:
                         ],
                     },
                 ),
-            ),  # noqa: E501
+            ),
             "s.inner",
         ),
     ],
