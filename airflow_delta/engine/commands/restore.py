@@ -89,6 +89,9 @@ def restore(
     uri = txn.table
     if (version is None) == (timestamp is None):
         raise ValueError(f"RESTORE of {uri}: pass either version or timestamp (one of them)")
+    if txn.already_committed():  # a retry of a restore that landed: nothing to do again
+        landed = {"version": version} if timestamp is None else {"timestamp": str(timestamp)}
+        return txn.result(None, Operation("RESTORE", landed))
     if txn.read_version < 0:
         raise TableNotFoundError(f"RESTORE of {uri}: no Delta table there.")
     if version is None:

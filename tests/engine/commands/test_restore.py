@@ -160,3 +160,17 @@ def test_restore_matches_deltalakes_restore(tmp_path: Path, dv: bool) -> None:
         assert rows(uri) == deltalake_rows(theirs), version
         assert ours.metrics["numRestoredFiles"] == metrics["numRestoredFile"]
         assert ours.metrics["numRemovedFiles"] == metrics["numRemovedFile"]
+
+
+def test_a_retried_restore_with_an_app_transaction_commits_once(tmp_path: Path) -> None:
+    from airflow_delta.engine import CommitProperties, SetTransaction
+
+    uri = create(tmp_path / "t", batch(range(10)), batch(range(10, 20)))
+    delete(uri, "id < 5")  # version 3
+    once = CommitProperties(app_transactions=[SetTransaction("nightly-restore", 7)])
+    first = restore(uri, 2, commit_properties=once)
+    assert first.version == 4
+    append(uri, batch(range(100, 102)))  # version 5: a retry must not undo it
+    again = restore(uri, 2, commit_properties=once)
+    assert again.skipped and DeltaLog.for_table(uri).update().version == 5
+    assert len(rows(uri)) == 22
