@@ -4,6 +4,7 @@ vacuum). It commits nothing: readers and writers keep running while it works."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -11,11 +12,47 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_delta.hooks.delta import DeltaHook
+from airflow_delta.operators.commit import is_templated
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 log = logging.getLogger(__name__)
+
+HOUR_MS = 3_600_000
+
+
+def retention_hours(value: Any, table_uri: str) -> float | None:
+    """`vacuum_retention_hours` as a number of hours (None: no VACUUM); a ValueError naming the
+    table when it is not a number >= 0 (as after rendering a template to `"abc"` or `"-1"`)."""
+    if value is None or value == "":
+        return None
+    try:
+        hours = float(value)
+    except (TypeError, ValueError):
+        hours = math.nan
+    if isinstance(value, bool) or not 0 <= hours < math.inf:
+        raise ValueError(
+            f"vacuum_retention_hours of table {table_uri} must be a number of hours >= 0, got "
+            f"{value!r}; nothing was done"
+        )
+    return hours
+
+
+def check_retention(table_uri: str, hours: float, configured_ms: int) -> None:
+    """Refuse (VacuumRetentionError) a retention below the table's
+    `delta.deletedFileRetentionDuration`, before the checkpoint: VACUUM would refuse it after."""
+    if round(hours * HOUR_MS) >= configured_ms:
+        return
+    from airflow_delta.engine.errors import VacuumRetentionError
+
+    raise VacuumRetentionError(
+        f"Cannot vacuum table {table_uri} with a retention of {hours:g} hours: the table keeps "
+        f"deleted files for {configured_ms / HOUR_MS:g} hours "
+        "(delta.deletedFileRetentionDuration). A shorter retention can delete files that "
+        "running writers or readers of older versions still need. Nothing was done (no "
+        f"checkpoint either); use vacuum_retention_hours >= {configured_ms / HOUR_MS:g}."
+    )
 
 
 class DeltaCheckpointOperator(BaseOperator):
@@ -58,8 +95,8 @@ class DeltaCheckpointOperator(BaseOperator):
     ) -> None:
         if not table_uri:
             raise ValueError("table_uri is required")
-        if isinstance(vacuum_retention_hours, int | float) and vacuum_retention_hours < 0:
-            raise ValueError(f"vacuum_retention_hours must be >= 0, got {vacuum_retention_hours}")
+        if not is_templated(vacuum_retention_hours):
+            vacuum_retention_hours = retention_hours(vacuum_retention_hours, table_uri)
         super().__init__(**kwargs)
         self.table_uri = table_uri
         self.cleanup_expired_logs = cleanup_expired_logs
@@ -72,8 +109,13 @@ class DeltaCheckpointOperator(BaseOperator):
         return DeltaHook(self.delta_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # Rendered now: check the retention before any work (a bad one fails the task before
+        # the checkpoint, not after it).
+        hours = retention_hours(self.vacuum_retention_hours, self.table_uri)
         delta_log = self.hook.get_delta_log(self.table_uri)
         snapshot = delta_log.update()
+        if hours is not None:
+            check_retention(self.table_uri, hours, snapshot.config.deleted_file_retention_ms)
         checkpoint = delta_log.checkpoint(snapshot)
         log.info(
             "Checkpointed table %s at version %s: %s part(s), %s actions",
@@ -105,8 +147,8 @@ class DeltaCheckpointOperator(BaseOperator):
         if self.generate_symlink_manifest:
             update = delta_log.generate_symlink_manifest(snapshot)
             result["manifests"] = len(update.written)
-        if self.vacuum_retention_hours is not None:
-            vacuumed = delta_log.vacuum(retention_hours=float(self.vacuum_retention_hours))
+        if hours is not None:
+            vacuumed = delta_log.vacuum(retention_hours=hours)
             result["vacuumed"] = len(vacuumed.files_deleted)
             result["vacuumed_bytes"] = vacuumed.bytes_deleted
             log.info(

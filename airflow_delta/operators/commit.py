@@ -60,6 +60,34 @@ Source = str | Callable[..., Any]
 POST_COMMIT_HOOK_NAMES: tuple[str, ...] = ("checkpoint", "symlink_manifest", "log_cleanup")
 
 
+def parse_post_commit_hooks(hooks: str | Sequence[str] | None) -> list[str]:
+    """The post-commit hooks asked for, checked and in the order they run: a list of names, or
+    one string holding a name or a comma-separated list of them (never read letter by letter).
+
+    >>> parse_post_commit_hooks("log_cleanup, checkpoint")
+    ['checkpoint', 'log_cleanup']
+    """
+    if hooks is None:
+        return []
+    if isinstance(hooks, str):
+        names = [name.strip() for name in hooks.split(",") if name.strip()]
+    elif isinstance(hooks, Sequence | set | frozenset):
+        names = list(hooks)
+    else:
+        raise ValueError(
+            "post_commit_hooks must be a hook name, a comma-separated string of them or a list, "
+            f"not {type(hooks).__name__}; valid names: {', '.join(POST_COMMIT_HOOK_NAMES)}"
+        )
+    unknown = [name for name in names if name not in POST_COMMIT_HOOK_NAMES]
+    if unknown:
+        raise ValueError(
+            f"Unknown post-commit hook(s) {unknown}: valid names are "
+            f"{', '.join(POST_COMMIT_HOOK_NAMES)} (a list, or one string such as "
+            '"checkpoint,log_cleanup")'
+        )
+    return sorted(set(names), key=POST_COMMIT_HOOK_NAMES.index)
+
+
 def retryable_conflicts() -> tuple[type[DeltaConcurrentModificationException], ...]:
     """The conflicts after which re-running read + write + commit can succeed: every Delta
     conflict (ConcurrentAppendException, ConcurrentDeleteReadException,
@@ -139,8 +167,9 @@ class DeltaCommitOperator(BaseOperator):
     :param max_commit_attempts: how many times read + write + commit run when a concurrent
         commit conflicts (1 = never re-run).
     :param post_commit_hooks: hooks to run after the commit, any of "checkpoint",
-        "symlink_manifest", "log_cleanup"; they run in that order whatever the order given
-        (log cleanup needs the new checkpoint).
+        "symlink_manifest", "log_cleanup", as a list or one string (`"checkpoint"`,
+        `"checkpoint,log_cleanup"`); they run in that order whatever the order given (log
+        cleanup needs the new checkpoint).
     :param exactly_once: commit with an idempotent-write marker of this task instance, so a
         retry after a landed commit does nothing. Default True.
     :param txn_app_id: own app id of the marker instead of the task instance's. (templated)
@@ -181,7 +210,7 @@ class DeltaCommitOperator(BaseOperator):
         spark_conf: Mapping[str, Any] | None = None,
         isolation_level: str | None = None,
         max_commit_attempts: int = 3,
-        post_commit_hooks: Sequence[str] = (),
+        post_commit_hooks: str | Sequence[str] = (),
         exactly_once: bool = True,
         txn_app_id: str | None = None,
         txn_version: int | str | None = None,
@@ -209,11 +238,7 @@ class DeltaCommitOperator(BaseOperator):
             )
         if max_commit_attempts < 1:
             raise ValueError(f"max_commit_attempts must be at least 1, got {max_commit_attempts}")
-        unknown = [h for h in post_commit_hooks if h not in POST_COMMIT_HOOK_NAMES]
-        if unknown:
-            raise ValueError(
-                f"Unknown post-commit hook(s) {unknown}: use {', '.join(POST_COMMIT_HOOK_NAMES)}"
-            )
+        hooks = parse_post_commit_hooks(post_commit_hooks)
         if (txn_app_id is None) != (txn_version is None):
             raise ValueError("txn_app_id and txn_version go together")
         if txn_app_id is not None and not exactly_once:
@@ -236,8 +261,7 @@ class DeltaCommitOperator(BaseOperator):
         self.spark_conf = dict(spark_conf or {})
         self.isolation_level = isolation_level
         self.max_commit_attempts = max_commit_attempts
-        order = list(POST_COMMIT_HOOK_NAMES)
-        self.post_commit_hooks = sorted(set(post_commit_hooks), key=order.index)
+        self.post_commit_hooks = hooks
         self.exactly_once = exactly_once
         self.txn_app_id = txn_app_id
         self.txn_version = txn_version

@@ -41,6 +41,37 @@ def test_write_operator_fails_early_on_bad_arguments(kwargs: dict[str, Any], mes
         DeltaWriteOperator(**args)
 
 
+@pytest.mark.parametrize(
+    ("hooks", "expected"),
+    [
+        ("checkpoint", ["checkpoint"]),
+        ("log_cleanup, checkpoint", ["checkpoint", "log_cleanup"]),
+        (["symlink_manifest", "checkpoint"], ["checkpoint", "symlink_manifest"]),
+        ((), []),
+    ],
+)
+def test_post_commit_hooks_take_one_string_or_a_list(hooks: Any, expected: list[str]) -> None:
+    """A plain string is one hook name (or a comma-separated list), never read letter by
+    letter."""
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    op = DeltaWriteOperator(
+        task_id="w", table_uri="/tmp/t", source="SELECT 1 AS id", post_commit_hooks=hooks
+    )
+    assert op.post_commit_hooks == expected
+
+
+@pytest.mark.parametrize("hooks", ["chekpoint", "checkpoint,vacuum", 42])
+def test_bad_post_commit_hooks_name_the_valid_ones(hooks: Any) -> None:
+    from airflow_delta.operators.dml import DeltaDeleteOperator
+
+    with pytest.raises(ValueError, match="checkpoint, symlink_manifest, log_cleanup") as error:
+        DeltaDeleteOperator(
+            task_id="d", table_uri="/tmp/t", predicate="id = 1", post_commit_hooks=hooks
+        )
+    assert "['c'" not in str(error.value)
+
+
 @pytest.mark.usefixtures("airflow_db", "spark")
 @pytest.mark.timeout(900)
 def test_mapped_tasks_write_disjoint_partitions_at_once(tmp_path: Path) -> None:
