@@ -81,7 +81,7 @@ def parse_post_commit_hooks(hooks: str | Sequence[str] | None) -> list[str]:
     unknown = [name for name in names if name not in POST_COMMIT_HOOK_NAMES]
     if unknown:
         raise ValueError(
-            f"Unknown post-commit hook(s) {unknown}: valid names are "
+            f"Unknown post-commit hook(s) {unknown}: use "
             f"{', '.join(POST_COMMIT_HOOK_NAMES)} (a list, or one string such as "
             '"checkpoint,log_cleanup")'
         )
