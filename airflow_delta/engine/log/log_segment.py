@@ -58,8 +58,14 @@ def build_log_segment(
     listing: list[FileStatus],
     version: int | None = None,
     exclude_checkpoints: frozenset[int] = frozenset(),
+    use_compactions: bool = True,
 ) -> LogSegment:
-    """Choose the files that reconstruct `version` (the latest when None) from a listing."""
+    """Choose the files that reconstruct `version` (the latest when None) from a listing.
+
+    With `use_compactions`, a log compaction file `x.y.compacted.json` stands in for the
+    commits x to y when they all belong to the segment and y is not its last version (whose
+    own commit keeps the commitInfo), the longest such file first.
+    """
     commits: dict[int, FileStatus] = {}
     for f in listing:
         parsed = filenames.parse_log_file_name(f.name)
@@ -104,10 +110,35 @@ def build_log_segment(
             f"version {target} (commits present: {_ranges(present)}). The log is corrupt; "
             "restore the missing commit files."
         )
-    deltas = tuple(commits[v] for v in range(start, target + 1))
+    if use_compactions:
+        deltas = _with_compactions(listing, commits, start, target)
+    else:
+        deltas = tuple(commits[v] for v in range(start, target + 1))
     cp_files = tuple(checkpoints[cp_version]) if cp_version is not None else ()
     last = commits.get(target) or cp_files[-1]
     return LogSegment(log_path, target, deltas, cp_files, cp_version, last.modification_time)
+
+
+def _with_compactions(
+    listing: list[FileStatus], commits: dict[int, FileStatus], start: int, target: int
+) -> tuple[FileStatus, ...]:
+    """The commits from `start` to `target`, runs of them replaced by the compaction files
+    that cover exactly such a run (the longest from each version)."""
+    longest: dict[int, tuple[int, FileStatus]] = {}
+    for f in listing:
+        parsed = filenames.parse_log_file_name(f.name)
+        if parsed is None or parsed.kind != "compaction" or parsed.end_version is None:
+            continue
+        first, end = parsed.version, parsed.end_version
+        if start <= first < end < target and end > longest.get(first, (first, f))[0]:
+            longest[first] = (end, f)
+    deltas: list[FileStatus] = []
+    version = start
+    while version <= target:
+        end, f = longest.get(version, (version, commits[version]))
+        deltas.append(f)
+        version = end + 1
+    return tuple(deltas)
 
 
 def _earliest(commits: dict[int, FileStatus], checkpoints: dict[int, list[FileStatus]]) -> int:
@@ -159,7 +190,9 @@ def segment_from_hint(location: TableLocation) -> LogSegment | None:
         return None
     listing = location.store.list_from(location.log_path, filenames.version_prefix(hint["version"]))
     try:
-        segment = build_log_segment(location.uri, location.log_path, listing)
+        segment = build_log_segment(
+            location.uri, location.log_path, listing, use_compactions=location.use_log_compaction
+        )
     except (CorruptLogError, TableNotFoundError, VersionNotFoundError):
         return None
     if segment.checkpoint_version is None:

@@ -48,6 +48,8 @@ from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, 
 log = logging.getLogger(__name__)
 
 SINGLE_WRITER_OPTION = "single_writer"
+#: Storage option: "false" makes log replay ignore log compaction files (`x.y.compacted.json`).
+LOG_COMPACTION_OPTION = "use_log_compaction"
 
 # delta-rs / object_store style keys and the S3FileSystem argument each one becomes.
 _AWS_KEYS = {
@@ -597,6 +599,7 @@ def get_log_store(
     """
     options = dict(storage_options or {})
     single_writer = _truthy(options.pop(SINGLE_WRITER_OPTION, False))
+    options.pop(LOG_COMPACTION_OPTION, None)  # read by the log segment, not by fsspec
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     if not scheme and uri.startswith("file:"):
         scheme = "file"

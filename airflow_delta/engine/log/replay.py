@@ -288,11 +288,13 @@ class InMemoryLogReplay:
         self._resolved: FileActions | None = None
         self._resolved_with_stats = False
 
-    def append(self, version: int, batch: LogBatch) -> None:
-        """Add the actions of `version` to their registries."""
-        if not (self.current_version == -1 or version == self.current_version + 1):
+    def append(self, version: int, batch: LogBatch, first: int | None = None) -> None:
+        """Add the actions of `version` to their registries (of the versions `first` to
+        `version`, for a log compaction file)."""
+        first = version if first is None else first
+        if not (self.current_version == -1 or first == self.current_version + 1):
             raise AssertionError(
-                f"Attempted to replay version {version}, but state is at {self.current_version}"
+                f"Attempted to replay version {first}, but state is at {self.current_version}"
             )
         self.current_version = version
         self.last_commit_info = batch.commit_info

@@ -99,8 +99,10 @@ class Snapshot:
         commits = [(store.read(f.path), f.path) for f in segment.deltas]
         batches = decode_commits(commits, known.physical_partition_columns if known else None)
         for f, batch in zip(segment.deltas, batches, strict=True):
-            version = filenames.parse_log_file_name(f.name).version  # type: ignore[union-attr]
-            replay.append(version, batch)
+            name = filenames.parse_log_file_name(f.name)
+            assert name is not None  # the segment holds log files only
+            # a compaction file x.y replays commits x to y at once
+            replay.append(name.end_version or name.version, batch, first=name.version)
         if replay.current_protocol_version is None:
             raise CorruptLogError(
                 f"Table {table} version {segment.version}: no protocol action found in the log "
@@ -274,7 +276,12 @@ def load_snapshot(location: TableLocation, version: int | None = None) -> Snapsh
         if segment is None:
             listing = listing if listing is not None else list_log(location)
             segment = build_log_segment(
-                location.uri, location.log_path, listing, version, frozenset(excluded)
+                location.uri,
+                location.log_path,
+                listing,
+                version,
+                frozenset(excluded),
+                location.use_log_compaction,
             )
         batch = None
         if segment.checkpoint_version is not None:

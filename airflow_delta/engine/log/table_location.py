@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from airflow_delta.engine.log.log_store import LogStore, get_log_store
+from airflow_delta.engine.log.log_store import LOG_COMPACTION_OPTION, LogStore, get_log_store
 from airflow_delta.engine.protocol.paths import FileLocation, table_root
 
 
@@ -36,6 +36,12 @@ class TableLocation:
     def log_file(self, name: str) -> str:
         """The store path of `name` in `_delta_log`."""
         return self.store.join(self.log_path, name)
+
+    @property
+    def use_log_compaction(self) -> bool:
+        """Whether replay may read log compaction files (storage option `use_log_compaction`,
+        default true)."""
+        return str(self.storage_options.get(LOG_COMPACTION_OPTION, "true")).lower() != "false"
 
     @property
     def root(self) -> FileLocation:

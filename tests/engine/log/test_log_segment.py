@@ -21,7 +21,7 @@ from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.log.log_segment import current_version, latest_version_since
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
-from tests.delta_log_builder import commit_info, write_commit
+from tests.delta_log_builder import add, commit_info, make_table, write_commit
 from tests.txn_helpers import SCHEMA, append, new_table
 
 
@@ -155,3 +155,26 @@ def test_probes_see_commits_of_another_writer_on_an_fsspec_store() -> None:
     assert latest_version_since(log.location, 0) == 5
     assert current_version(log.location) == 5
     assert latest_version_since(log.location, 9) == 5
+
+
+def _compaction(table: Path, first: int, end: int, actions: list[dict]) -> None:
+    log = table / "_delta_log"
+    text = "".join(json.dumps(a) + "\n" for a in actions)
+    (log / f"{first:020d}.{end:020d}.compacted.json").write_text(text)
+
+
+def test_log_compaction_files_stand_in_for_their_commits(tmp_path: Path) -> None:
+    """Commits 1-3 each add a file; the compaction file 1.3 holds their reconciled actions.
+    To show which one replay read, the compaction file here names different files."""
+    table = make_table(tmp_path / "t", versions=6)  # f0 .. f5
+    _compaction(table, 1, 3, [add("c1"), add("c2")])
+    _compaction(table, 2, 3, [add("never")])  # a shorter one from a later start: not chosen
+    _compaction(table, 3, 5, [add("never")])  # reaches the last version: not chosen
+    used = DeltaLog.for_table(str(table)).update()
+    assert sorted(f.path for f in used.all_files()) == ["c1", "c2", "f0", "f4", "f5"]
+    assert [f.name for f in used.log_segment.deltas][1] == (f"{1:020d}.{3:020d}.compacted.json")
+    assert used.version == 5 and used.commit_info is not None
+    ignored = DeltaLog.for_table(str(table), {"use_log_compaction": "false"}).update()
+    assert sorted(f.path for f in ignored.all_files()) == [f"f{i}" for i in range(6)]
+    at_2 = DeltaLog.for_table(str(table)).snapshot_at(2)  # 1.3 reaches past version 2
+    assert sorted(f.path for f in at_2.all_files()) == ["f0", "f1", "f2"]
