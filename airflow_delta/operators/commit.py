@@ -41,6 +41,7 @@ from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.sdk.definitions.mappedoperator import OperatorPartial
     from pyspark.sql import SparkSession
 
     from airflow_delta.engine.errors import DeltaConcurrentModificationException
@@ -86,6 +87,36 @@ def parse_post_commit_hooks(hooks: str | Sequence[str] | None) -> list[str]:
             '"checkpoint,log_cleanup")'
         )
     return sorted(set(names), key=POST_COMMIT_HOOK_NAMES.index)
+
+
+#: The prefix of the AssetAlias through which a task whose `table_uri` is known only at run
+#: time (templated, or mapped by `expand`) emits its table's asset event.
+TABLE_ALIAS_PREFIX = "delta-table-of-task:"
+
+
+def table_outlets(table_uri: Any, outlets: Any, task_id: str) -> list[Any]:
+    """The outlets of a committing task: the user's, plus the table's asset when `table_uri`
+    is a literal, else an AssetAlias (`TABLE_ALIAS_PREFIX` + task id) that the task resolves
+    to the table's asset when it commits. Declared at parse time for mapped and unmapped tasks
+    alike, so the scheduler knows the asset and each task instance emits one event."""
+    from airflow.sdk import AssetAlias
+
+    declared = list(outlets or [])
+    if any(_is_table_alias(o) for o in declared):
+        return declared  # a mapped instance: partial() declared the alias, the events go there
+    if isinstance(table_uri, str) and table_uri and not is_templated(table_uri):
+        wanted: Any = delta_table_asset(table_uri)
+        if all(getattr(o, "uri", None) != wanted.uri for o in declared):
+            declared.append(wanted)
+    else:
+        wanted = AssetAlias(name=TABLE_ALIAS_PREFIX + task_id, group="delta")
+        if all(getattr(o, "name", None) != wanted.name for o in declared):
+            declared.append(wanted)
+    return declared
+
+
+def _is_table_alias(outlet: Any) -> bool:
+    return type(outlet).__name__ == "AssetAlias" and outlet.name.startswith(TABLE_ALIAS_PREFIX)
 
 
 def retryable_conflicts() -> tuple[type[DeltaConcurrentModificationException], ...]:
@@ -243,12 +274,9 @@ class DeltaCommitOperator(BaseOperator):
             raise ValueError("txn_app_id and txn_version go together")
         if txn_app_id is not None and not exactly_once:
             raise ValueError("txn_app_id/txn_version make the write idempotent: keep exactly_once")
-        if not is_templated(table_uri):
-            outlets = list(kwargs.pop("outlets", None) or [])
-            asset = delta_table_asset(table_uri)
-            if all(getattr(o, "uri", None) != asset.uri for o in outlets):
-                outlets.append(asset)
-            kwargs["outlets"] = outlets
+        kwargs["outlets"] = table_outlets(
+            table_uri, kwargs.get("outlets"), kwargs.get("task_id", "")
+        )
         super().__init__(**kwargs)
         self.table_uri = table_uri
         # Airflow calls callables found in template fields: keep a callable source apart.
@@ -267,6 +295,19 @@ class DeltaCommitOperator(BaseOperator):
         self.txn_version = txn_version
         self.user_metadata = user_metadata
         self.result: dict[str, Any] | None = None
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> OperatorPartial:
+        """`partial()` of a mapped task, declaring the table's outlet as `__init__` does (which
+        does not run for a mapped task at parse time): the table's asset when `table_uri` is
+        given here as a literal, else an AssetAlias through which each mapped instance emits
+        the event of the table it wrote."""
+        from airflow.sdk.bases.operator import partial as base_partial
+
+        kwargs["outlets"] = table_outlets(
+            kwargs.get("table_uri"), kwargs.get("outlets"), kwargs.get("task_id", "")
+        )
+        return base_partial(cls, **kwargs)
 
     @cached_property
     def hook(self) -> DeltaHook:
@@ -462,6 +503,13 @@ class DeltaCommitOperator(BaseOperator):
         for outlet in self.outlets:
             if getattr(outlet, "uri", None) == uri:
                 context["outlet_events"][outlet].extra.update(extra)
+                return
+        for outlet in self.outlets:
+            if _is_table_alias(outlet):
+                # table_uri was templated or mapped: the event goes through the alias
+                asset = delta_table_asset(self.table_uri)
+                context["outlet_events"][outlet].add(asset, extra=extra)
+                return
 
     # -- OpenLineage (imported only when the OpenLineage provider asks) ------------------------
 

@@ -52,6 +52,8 @@ def test_openlineage_names_the_table_and_no_input() -> None:
 
 
 def test_outlets_and_no_template_files() -> None:
+    from airflow.sdk import AssetAlias
+
     from airflow_delta.assets import delta_table_asset
     from airflow_delta.operators.dml import DeltaDeleteOperator
     from airflow_delta.operators.restore import DeltaRestoreOperator
@@ -60,7 +62,7 @@ def test_outlets_and_no_template_files() -> None:
     assert op.outlets == [delta_table_asset("/lake/t")]
     assert op.template_ext == ()  # a predicate is never read as a file
     templated = DeltaRestoreOperator(task_id="r", table_uri="/lake/{{ ds }}", version=1)
-    assert templated.outlets == []
+    assert templated.outlets == [AssetAlias(name="delta-table-of-task:r", group="delta")]
 
 
 @pytest.mark.parametrize("name", ["source", "source_format", "source_options", "spark_conn_id"])

@@ -205,13 +205,16 @@ def test_concurrent_dag_runs_conflict_or_both_land(tmp_path: Path) -> None:
 
 
 def test_operators_declare_the_table_asset_as_outlet() -> None:
+    from airflow.sdk import AssetAlias
+
     from airflow_delta.assets import delta_table_asset
     from airflow_delta.operators.write import DeltaWriteOperator
 
     op = DeltaWriteOperator(task_id="w", table_uri="/data/events/", source="SELECT 1 AS id")
     assert op.outlets == [delta_table_asset("/data/events")]
     templated = DeltaWriteOperator(task_id="t", table_uri="/data/{{ ds }}", source="SELECT 1 AS id")
-    assert templated.outlets == []  # unknown until rendered: the user declares it
+    # unknown until rendered: the task emits the table's event through an alias of its own
+    assert templated.outlets == [AssetAlias(name="delta-table-of-task:t", group="delta")]
 
 
 def test_openlineage_facets_name_the_table_and_the_version() -> None:
