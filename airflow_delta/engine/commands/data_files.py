@@ -43,7 +43,7 @@ from airflow_delta.engine.errors import ConstraintViolationError
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.log.table_location import TableLocation
-from airflow_delta.engine.protocol.actions import AddFile, Metadata
+from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata
 from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_ID,
     COLUMN_MAPPING_PHYSICAL_NAME,
@@ -63,6 +63,9 @@ DICTIONARY_SAMPLE_ROWS = 10_000
 #: Characters of a string kept in minValues/maxValues (Delta's stats string prefix length).
 STRING_PREFIX_LENGTH = 32
 DEFAULT_NUM_INDEXED_COLS = 32
+#: The directory of change data files, and the column naming each row's change.
+CHANGE_DATA_DIR = "_change_data"
+CHANGE_TYPE_COLUMN = "_change_type"
 
 #: One row per written file, as `DataFileWriter.finish` returns them.
 FILE_ROW_SCHEMA = pa.schema(
@@ -249,6 +252,7 @@ class WritePlan:
     partition_types: tuple[str, ...]
     target_file_size: int
     num_indexed_cols: int
+    change_data: bool = False
 
     @classmethod
     def for_table(
@@ -257,9 +261,12 @@ class WritePlan:
         metadata: Metadata,
         storage_options: Mapping[str, Any] | None = None,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+        change_data: bool = False,
     ) -> WritePlan:
         """The plan of writing data files of `metadata`'s table at `location`; storage
-        options default to the location's."""
+        options default to the location's. With `change_data`, change data files instead:
+        `_change_data/<partition directories>/cdc-*.parquet`, the data columns and
+        CHANGE_TYPE_COLUMN, no stats."""
         columns = metadata.partition_columns
         column_mapping = metadata.column_mapping_mode != "none"
         schema = metadata.schema
@@ -271,15 +278,19 @@ class WritePlan:
             storage_options=dict(options),
             data_schema=pa.schema(
                 [file_field(f, column_mapping) for f in schema if f.name not in columns]
+                + ([pa.field(CHANGE_TYPE_COLUMN, pa.string())] if change_data else [])
             ),
             partition_columns=tuple(metadata.physical_partition_columns),
             partition_types=tuple(types[c] for c in columns),
             target_file_size=target_file_size,
-            num_indexed_cols=int(
+            num_indexed_cols=0
+            if change_data
+            else int(
                 metadata.configuration.get(
                     "delta.dataSkippingNumIndexedCols", DEFAULT_NUM_INDEXED_COLS
                 )
             ),
+            change_data=change_data,
         )
 
 
@@ -300,7 +311,7 @@ class DataFileWriter:
     def __init__(self, plan: WritePlan, task: int = 0) -> None:
         self.plan = plan
         self.store = get_log_store(plan.uri, plan.storage_options)[0]
-        self.prefix = f"part-{task:05d}-{uuid.uuid4()}"
+        self.prefix = f"{'cdc' if plan.change_data else 'part'}-{task:05d}-{uuid.uuid4()}"
         self.leaves = _stats_leaves(plan.data_schema, plan.num_indexed_cols)
         self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
         self.values: dict[str, str | None] | None = None
@@ -353,6 +364,8 @@ class DataFileWriter:
         assert self.values is not None
         name = f"{self.prefix}.c{len(self.written):03d}.snappy.parquet"
         directory = partition_path(self.values, self.plan.partition_columns)
+        if self.plan.change_data:
+            directory = f"{CHANGE_DATA_DIR}/{directory}" if directory else CHANGE_DATA_DIR
         relative = f"{directory}/{name}" if directory else name
         path = f"{self.plan.root}/{relative}"
         sink = self.store.open_output(path)
@@ -440,6 +453,36 @@ def add_files(rows: Sequence[Mapping[str, Any]]) -> list[AddFile]:
     ]
 
 
+@dataclass(frozen=True)
+class ChangeRows:
+    """What a writing task gives on a change-data-feed table: the rows to write to data files
+    (None: none), and the rows' changes to write to change data files (the table's columns
+    plus CHANGE_TYPE_COLUMN; None: none)."""
+
+    data: pa.Table | None
+    changes: pa.Table | None = None
+
+
+def with_change_type(rows: pa.Table, change_type: str) -> pa.Table:
+    """`rows` with CHANGE_TYPE_COLUMN set to `change_type` (insert, delete, update_preimage,
+    update_postimage) on every row."""
+    value = pa.array([change_type], pa.string())
+    return rows.append_column(CHANGE_TYPE_COLUMN, pc.take(value, np.zeros(rows.num_rows, int)))
+
+
+def cdc_files(rows: Sequence[Mapping[str, Any]]) -> list[AddCDCFile]:
+    """The cdc actions of the change data files described by `rows` (`FILE_ROW_SCHEMA`)."""
+    return [
+        AddCDCFile(
+            path=r["path"],
+            partition_values=json.loads(r["partitionValues"]),
+            size=r["size"],
+            data_change=False,
+        )
+        for r in rows
+    ]
+
+
 def write_tasks(
     txn: OptimisticTransaction,
     tasks: Sequence[Callable[[], pa.Table]],
@@ -453,26 +496,38 @@ def write_tasks(
     rows it gives (the table's columns, logical names) to its own data files of `txn`'s table,
     rolled at `target_file_size`; their AddFiles. A NULL in a `not_null` column fails the write
     (ConstraintViolationError naming the `operation`) and every file written is removed."""
+    adds, _ = write_change_tasks(
+        txn, tasks, not_null, operation, target_file_size=target_file_size, max_threads=max_threads
+    )
+    return adds
+
+
+def write_change_tasks(
+    txn: OptimisticTransaction,
+    tasks: Sequence[Callable[[], pa.Table | ChangeRows]],
+    not_null: Sequence[str],
+    operation: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    max_threads: int | None = None,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """`write_tasks` whose tasks may also give changes (`ChangeRows`), written to change data
+    files by a second writer of the same task; the AddFiles and the cdc actions."""
     if not tasks:
-        return []
+        return [], []
     txn.has_written = True
     metadata = txn.metadata
     plan = WritePlan.for_table(txn.location, metadata, target_file_size=target_file_size)
+    change_plan = WritePlan.for_table(
+        txn.location, metadata, target_file_size=target_file_size, change_data=True
+    )
     writers = [DataFileWriter(plan, task) for task in range(len(tasks))]
+    change_writers = [DataFileWriter(change_plan, task) for task in range(len(tasks))]
     fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
     types = {f["name"]: f["type"] for f in fields}
     columns = list(metadata.partition_columns)
 
-    def write(task: int) -> list[dict[str, Any]]:
-        output = tasks[task]()
-        for name in not_null:
-            if output.column(name).null_count:
-                raise ConstraintViolationError(
-                    f"NOT NULL constraint on column {name} ({quote_identifier(name)} IS NOT "
-                    f"NULL) violated by a row of the {operation} of {txn.table}",
-                    f"NOT NULL({name})",
-                    f"{quote_identifier(name)} IS NOT NULL",
-                )
+    def prepared(output: pa.Table) -> pa.Table:
         for c in columns:
             if types[c] == "string":  # "" is a null partition value: group it with the nulls
                 column = output.column(c)
@@ -481,19 +536,41 @@ def write_tasks(
         if columns:
             keys = [(c, "ascending", "at_end") for c in columns]
             output = output.take(pc.sort_indices(output, sort_keys=keys))
-        writer = writers[task]
-        for batch in output.to_batches():
+        return output
+
+    def write_to(writer: DataFileWriter, output: pa.Table) -> list[dict[str, Any]]:
+        for batch in prepared(output).to_batches():
             if batch.num_rows:
-                for values, rows in partition_runs(plan, batch):
+                for values, rows in partition_runs(writer.plan, batch):
                     writer.add(values, rows)
         return writer.finish()
+
+    def write(task: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        output = tasks[task]()
+        if not isinstance(output, ChangeRows):
+            output = ChangeRows(output)
+        data, changes = output.data, output.changes
+        for name in not_null:
+            if data is not None and data.column(name).null_count:
+                raise ConstraintViolationError(
+                    f"NOT NULL constraint on column {name} ({quote_identifier(name)} IS NOT "
+                    f"NULL) violated by a row of the {operation} of {txn.table}",
+                    f"NOT NULL({name})",
+                    f"{quote_identifier(name)} IS NOT NULL",
+                )
+        written = write_to(writers[task], data) if data is not None else []
+        changed = write_to(change_writers[task], changes) if changes is not None else []
+        return written, changed
 
     try:
         threads = min(len(tasks), os.cpu_count() or 1, max_threads or len(tasks))
         with ThreadPoolExecutor(max(1, threads)) as pool:
-            rows = [r for result in pool.map(write, range(len(tasks))) for r in result]
+            results = list(pool.map(write, range(len(tasks))))
     except BaseException:
-        for writer in writers:
+        for writer in (*writers, *change_writers):
             writer.abort()
         raise
-    return add_files(rows)
+    return (
+        add_files([r for written, _ in results for r in written]),
+        cdc_files([r for _, changed in results for r in changed]),
+    )

@@ -49,7 +49,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta.engine.commands.data_files import write_tasks
+from airflow_delta.engine.commands.data_files import (
+    ChangeRows,
+    with_change_type,
+    write_change_tasks,
+)
 from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorWriter
 from airflow_delta.engine.errors import (
@@ -64,7 +68,11 @@ from airflow_delta.engine.expressions.tree import Expr
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
-from airflow_delta.engine.protocol.features import check_writer_support, writer_features
+from airflow_delta.engine.protocol.features import (
+    change_data_feed_enabled,
+    check_writer_support,
+    writer_features,
+)
 from airflow_delta.engine.protocol.schema import delta_field_metadata
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
@@ -118,6 +126,7 @@ class _Plan:
     reader: FileReader
     dvs: DeletionVectorWriter | None  # None: the table does not take deletion vectors
     started: float
+    change_data: bool  # the table has the change data feed enabled: write cdc files
     timings: dict[str, int] = field(default_factory=dict)
 
     def rows_only_by_partition(self) -> bool:
@@ -132,7 +141,7 @@ class _Changes:
 
     removed: list[AddFile] = field(default_factory=list)  # removed whole or rewritten
     with_dv: list[tuple[AddFile, AddFile]] = field(default_factory=list)  # (old, with new DV)
-    tasks: list[Callable[[], pa.Table]] = field(default_factory=list)  # rows to write
+    tasks: list[Callable[[], pa.Table | ChangeRows]] = field(default_factory=list)  # to write
     copied: int = 0  # unchanged rows written again
 
 
@@ -179,6 +188,7 @@ def _plan(
         FileReader(txn, schema),
         DeletionVectorWriter(txn.location) if use_dvs else None,
         started,
+        change_data_feed_enabled(txn.protocol, txn.metadata),
     )
 
 
@@ -334,13 +344,13 @@ def _commit(plan: _Plan, changes: _Changes, metrics: dict[str, int]) -> CommitRe
     if plan.dvs is not None:
         plan.dvs.finish()
     try:
-        adds = write_tasks(txn, changes.tasks, not_null, plan.operation.name)
+        adds, cdcs = write_change_tasks(txn, changes.tasks, not_null, plan.operation.name)
     except BaseException:
         if plan.dvs is not None:
             plan.dvs.abort()
         raise
     now = int(time.time() * 1000)
-    actions: list[Action] = [*adds, *(new for _, new in changes.with_dv)]
+    actions: list[Action] = [*adds, *(new for _, new in changes.with_dv), *cdcs]
     actions += [f.remove(now) for f in changes.removed]
     actions += [old.remove(now) for old, _ in changes.with_dv]
     updated_dvs = sum(1 for old, _ in changes.with_dv if old.deletion_vector is not None)
@@ -349,7 +359,7 @@ def _commit(plan: _Plan, changes: _Changes, metrics: dict[str, int]) -> CommitRe
         "numRemovedFiles": len(changes.removed),
         "numAddedFiles": len(adds),
         "numCopiedRows": changes.copied,
-        "numAddedChangeFiles": 0,
+        "numAddedChangeFiles": len(cdcs),
         "numAddedBytes": sum(a.size for a in adds),
         "numRemovedBytes": sum(f.size for f in changes.removed),
         "numDeletionVectorsAdded": len(changes.with_dv),
@@ -404,22 +414,34 @@ def delete(
     touched = _scan(plan)
     files = add_files_from_arrow(plan.files.take(pa.array([t.index for t in touched], pa.int64())))
     changes = _Changes()
+    # change data files only when a file keeps rows: else readers take the removes as deletes
+    # (readers other than delta-spark do not apply a removed file's deletion vector)
+    cdf = plan.change_data and any(not t.whole or t.dv for t in touched)
     for file, t in zip(files, touched, strict=True):
-        if t.whole:
+        rewrite = not t.whole and plan.dvs is None
+        if rewrite or t.whole:
             changes.removed.append(file)
-        elif plan.dvs is not None:
-            changes.with_dv.append((file, _with_deletion_vector(plan, file, t)))
         else:
-            changes.removed.append(file)
-            changes.tasks.append(functools.partial(_rows_left, plan, file, t))
+            changes.with_dv.append((file, _with_deletion_vector(plan, file, t)))
+        if rewrite or cdf:
+            changes.tasks.append(functools.partial(_rows_left, plan, file, t, rewrite, cdf))
+        if rewrite:
             changes.copied += t.live - t.count
     metrics = {"numDeletedRows": sum(t.count for t in touched)}
     return _commit(plan, changes, metrics)
 
 
-def _rows_left(plan: _Plan, file: AddFile, touched: _Touched) -> pa.Table:
+def _rows_left(
+    plan: _Plan, file: AddFile, touched: _Touched, rewrite: bool, cdf: bool
+) -> pa.Table | ChangeRows:
+    """The rows a touched file keeps when it is rewritten; with `cdf`, and the deleted rows
+    as changes."""
     data, matched = _live_rows(plan, file, touched)
-    return data.filter(pa.array(~matched))
+    left = data.filter(pa.array(~matched)) if rewrite else None
+    if not cdf:
+        assert left is not None
+        return left
+    return ChangeRows(left, with_change_type(data.filter(pa.array(matched)), "delete"))
 
 
 # -- UPDATE -----------------------------------------------------------------------------------
@@ -457,7 +479,7 @@ def update(
     touched = _scan(plan)
     files = add_files_from_arrow(plan.files.take(pa.array([t.index for t in touched], pa.int64())))
     changes = _Changes()
-    updated: list[tuple[int, Callable[[], pa.Table]]] = []  # (rows, task) of updated rows only
+    updated: list[tuple[int, Callable[[], pa.Table | ChangeRows]]] = []  # (rows, task): updated
     for file, t in zip(files, touched, strict=True):
         rewrite = not t.whole and plan.dvs is None
         if rewrite or t.whole:
@@ -480,13 +502,18 @@ Assign = Callable[[pa.Table, "npt.NDArray[np.bool_] | None"], pa.Table]
 
 def _rows_updated(
     plan: _Plan, file: AddFile, touched: _Touched, assign: Assign, rewrite: bool
-) -> pa.Table:
+) -> pa.Table | ChangeRows:
     """The rows a touched file contributes: all its live rows when it is rewritten (the
-    matching ones updated), else only the matching rows, updated."""
+    matching ones updated), else only the matching rows, updated; on a change-data-feed
+    table with the matching rows before and after as changes."""
     data, matched = _live_rows(plan, file, touched)
-    if rewrite:
-        return assign(data, matched)
-    return assign(data.filter(pa.array(matched)), None)
+    mask = pa.array(matched)
+    output = assign(data, matched) if rewrite else assign(data.filter(mask), None)
+    if not plan.change_data:
+        return output
+    before = with_change_type(data.filter(mask), "update_preimage")
+    after = with_change_type(output.filter(mask) if rewrite else output, "update_postimage")
+    return ChangeRows(output, pa.concat_tables([before, after]))
 
 
 def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
@@ -549,10 +576,12 @@ def _stored(value: Any, target: pa.Field, rows: int, table: str) -> Any:
         ) from None
 
 
-def _combined(tasks: list[tuple[int, Callable[[], pa.Table]]]) -> list[Callable[[], pa.Table]]:
+def _combined(
+    tasks: list[tuple[int, Callable[[], pa.Table | ChangeRows]]],
+) -> list[Callable[[], pa.Table | ChangeRows]]:
     """`tasks` (each with the rows it gives) as tasks of about ROWS_PER_TASK rows each: the
     updated rows of many files go to few new files."""
-    groups: list[list[Callable[[], pa.Table]]] = []
+    groups: list[list[Callable[[], pa.Table | ChangeRows]]] = []
     size = ROWS_PER_TASK
     for rows, task in tasks:
         if size + rows > ROWS_PER_TASK and size:
@@ -563,8 +592,17 @@ def _combined(tasks: list[tuple[int, Callable[[], pa.Table]]]) -> list[Callable[
     return [functools.partial(_concatenated, group) for group in groups]
 
 
-def _concatenated(tasks: list[Callable[[], pa.Table]]) -> pa.Table:
-    return pa.concat_tables([task() for task in tasks])
+def _concatenated(tasks: list[Callable[[], pa.Table | ChangeRows]]) -> pa.Table | ChangeRows:
+    outputs = [task() for task in tasks]
+    if not any(isinstance(o, ChangeRows) for o in outputs):
+        return pa.concat_tables(outputs)  # type: ignore[arg-type]
+    parts = [o if isinstance(o, ChangeRows) else ChangeRows(o) for o in outputs]
+    data = [p.data for p in parts if p.data is not None]
+    changes = [p.changes for p in parts if p.changes is not None]
+    return ChangeRows(
+        pa.concat_tables(data) if data else None,
+        pa.concat_tables(changes) if changes else None,
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -576,4 +614,3 @@ def _threads(tasks: int) -> int:
 
 def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
-

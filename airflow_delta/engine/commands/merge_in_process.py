@@ -37,7 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.commands.data_files import write_tasks
+from airflow_delta.engine.commands.data_files import (
+    ChangeRows,
+    with_change_type,
+    write_change_tasks,
+)
 from airflow_delta.engine.commands.data_reader import (
     FileReader,
     conform,
@@ -56,7 +60,10 @@ from airflow_delta.engine.commands.merge import (
 from airflow_delta.engine.errors import UnsupportedMergeError
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.protocol.actions import Action
-from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.protocol.features import (
+    change_data_feed_enabled,
+    check_writer_support,
+)
 from airflow_delta.engine.protocol.schema import (
     arrow_type,
     delta_field_metadata,
@@ -188,8 +195,10 @@ class ArrowMergeBuilder(MergeBuilder):
         literal = [p for c, p in conjuncts if p is not None and not self._reads_source(c)]
         found = self._find_touched_files_in_process(reader, files, source, keys, literal, clauses)
         touched = files.filter(pa.array(found.touched))
-        tasks = self._changes_in_process(reader, files, found, source, clauses)
-        adds = write_tasks(txn, tasks, self._not_null(txn), "MERGE") if tasks else []
+        # change data files unless the MERGE only inserts (readers take its adds as inserts)
+        cdf = change_data_feed_enabled(txn.protocol, txn.metadata) and bool(len(touched))
+        tasks = self._changes_in_process(reader, files, found, source, clauses, cdf)
+        adds, cdcs = write_change_tasks(txn, tasks, self._not_null(txn), "MERGE")
         position = {MATCHED: 0, NOT_MATCHED_BY_SOURCE: 0}
         per_clause = []
         for clause in self.clauses:
@@ -205,7 +214,8 @@ class ArrowMergeBuilder(MergeBuilder):
             len(files),
             len(adds),
         )
-        return self._metrics(per_clause, touched, rows, adds, source.num_rows)
+        actions, metrics = self._metrics(per_clause, touched, rows, adds, source.num_rows)
+        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
 
     def _find_touched_files_in_process(
         self,
@@ -280,10 +290,12 @@ class ArrowMergeBuilder(MergeBuilder):
         found: _Matches,
         source: pa.Table,
         clauses: dict[str, list[_Clause]],
-    ) -> list[Callable[[], pa.Table]]:
+        cdf: bool,
+    ) -> list[Callable[[], pa.Table | ChangeRows]]:
         """writeAllChanges as tasks, each giving rows to write: one per touched file (its rows
-        updated, deleted or copied per clause), and the inserted source rows in slices."""
-        tasks: list[Callable[[], pa.Table]] = []
+        updated, deleted or copied per clause), and the inserted source rows in slices; with
+        `cdf`, and their changes."""
+        tasks: list[Callable[[], pa.Table | ChangeRows]] = []
         paths = pc.struct_field(files, "path")
         values = pc.struct_field(files, "partitionValues")
         for i in np.flatnonzero(found.touched):
@@ -299,6 +311,7 @@ class ArrowMergeBuilder(MergeBuilder):
                     found,
                     source,
                     clauses,
+                    cdf,
                 )
             )
         inserting = clauses[NOT_MATCHED]
@@ -312,7 +325,7 @@ class ArrowMergeBuilder(MergeBuilder):
                 assert clause.assign is not None
                 for offset in range(0, rows.num_rows, ROWS_PER_WRITE_SLICE):
                     piece = rows.slice(offset, ROWS_PER_WRITE_SLICE)
-                    tasks.append(functools.partial(clause.assign, None, piece))
+                    tasks.append(functools.partial(_inserted, clause.assign, piece, cdf))
         return tasks
 
     @staticmethod
@@ -324,27 +337,37 @@ class ArrowMergeBuilder(MergeBuilder):
         found: _Matches,
         source: pa.Table,
         clauses: dict[str, list[_Clause]],
-    ) -> pa.Table:
+        cdf: bool,
+    ) -> pa.Table | ChangeRows:
         """The rows of one touched `file` (path, partition values; `rows` of the candidates,
-        `pairs` of the matching pairs) after the clauses."""
+        `pairs` of the matching pairs) after the clauses; with `cdf`, and their changes (the
+        updated rows before and after, the deleted rows)."""
         data = reader.read_file(*file, reader.table.names)
-        parts = []
+        parts, changes = [], []
         local = found.rows[pairs] - rows.start
         action = found.pair_action[pairs]
-        for i, clause in enumerate(clauses[MATCHED]):
-            chosen = action == i
-            if clause.assign is not None and chosen.any():  # one source row per row (checked)
-                target = data.take(pa.array(local[chosen]))
-                parts.append(
-                    clause.assign(target, source.take(pa.array(found.srows[pairs][chosen])))
-                )
         by_source = found.by_source[rows]
-        for i, clause in enumerate(clauses[NOT_MATCHED_BY_SOURCE]):
-            chosen = np.flatnonzero(by_source == i)
-            if clause.assign is not None and len(chosen):
-                parts.append(clause.assign(data.take(pa.array(chosen)), None))
+        chosen_rows = [(c, np.unique(local[action == i])) for i, c in enumerate(clauses[MATCHED])]
+        chosen_rows += [
+            (c, np.flatnonzero(by_source == i))
+            for i, c in enumerate(clauses[NOT_MATCHED_BY_SOURCE])
+        ]
+        for i, (clause, chosen) in enumerate(chosen_rows):
+            if not len(chosen):
+                continue
+            target = data.take(pa.array(chosen))
+            if clause.assign is None:
+                changes.append(with_change_type(target, "delete"))
+                continue
+            matched = i < len(clauses[MATCHED])  # one source row per row (checked)
+            srows = found.srows[pairs][action == i] if matched else None
+            updated = clause.assign(target, None if srows is None else source.take(pa.array(srows)))
+            parts.append(updated)
+            changes.append(with_change_type(target, "update_preimage"))
+            changes.append(with_change_type(updated.cast(reader.table), "update_postimage"))
         parts.append(data.filter(pa.array(~found.modified[rows])))
-        return pa.concat_tables([p.cast(reader.table) for p in parts])
+        output = pa.concat_tables([p.cast(reader.table) for p in parts])
+        return ChangeRows(output, pa.concat_tables(changes) if changes else None) if cdf else output
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -436,6 +459,14 @@ class ArrowMergeBuilder(MergeBuilder):
             return pa.Table.from_arrays(columns, schema=table)
 
         return assign
+
+
+def _inserted(
+    assign: Callable[[pa.Table | None, pa.Table | None], pa.Table], source: pa.Table, cdf: bool
+) -> pa.Table | ChangeRows:
+    """The rows a NOT MATCHED clause inserts from `source`; with `cdf`, and as changes."""
+    rows = assign(None, source)
+    return ChangeRows(rows, with_change_type(rows, "insert")) if cdf else rows
 
 
 def merge_arrow(

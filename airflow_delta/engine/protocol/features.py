@@ -8,11 +8,18 @@ widening, variant, ...) are accepted here; the data plane decides for itself wha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from airflow_delta.engine.errors import DeltaProtocolError
-from airflow_delta.engine.protocol.actions import Metadata, Protocol
+from airflow_delta.engine.protocol.actions import (
+    Action,
+    AddCDCFile,
+    AddFile,
+    Metadata,
+    Protocol,
+    RemoveFile,
+)
 
 MAX_READER_VERSION = 3
 
@@ -117,6 +124,7 @@ WRITER_FEATURES = frozenset(
         "typeWidening",
         "typeWidening-preview",
         "columnMapping",
+        "changeDataFeed",
     }
 )
 
@@ -205,6 +213,14 @@ def _leaf_types(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 _LEGACY_FEATURES_IN_USE_ONLY = frozenset({"changeDataFeed", "generatedColumns", "identityColumns"})
 
 
+def change_data_feed_enabled(protocol: Protocol, metadata: Metadata) -> bool:
+    """Whether commits to the table must write change data (`cdc` actions): the table sets
+    delta.enableChangeDataFeed=true and its protocol binds writers to it (writer version 4 to
+    6, or the changeDataFeed writer feature)."""
+    enabled = metadata.configuration.get("delta.enableChangeDataFeed", "false").lower() == "true"
+    return enabled and "changeDataFeed" in writer_features(protocol)
+
+
 def _features_in_use(metadata: Metadata) -> set[str]:
     """Which of the use-only legacy features the table's metadata uses."""
     used = set()
@@ -264,3 +280,37 @@ def required_protocol(current: Protocol | None, features: set[str]) -> Protocol:
     else:
         reader_version, reader_list = base.min_reader_version, None
     return Protocol(reader_version, 7, reader_list, sorted(needed))
+
+
+def check_change_data(
+    actions: Sequence[Action],
+    protocol: Protocol,
+    metadata: Metadata,
+    table: str,
+    changes_from_files: bool = False,
+) -> None:
+    """DeltaProtocolError for a commit to a change-data-feed table that rewrites data files
+    (removes and adds them, with dataChange) without change data files (`cdc` actions).
+
+    Readers take the changes of a commit without cdc actions from its add and remove actions:
+    every row of a removed file as deleted, every row of an added file as inserted. That is
+    right for appends, for removals of whole files, and for replacing whole files
+    (`changes_from_files`: an overwrite, a RESTORE), but not for a rewrite that copies rows,
+    which would show the copies as deleted and inserted again.
+    """
+    if changes_from_files or not change_data_feed_enabled(protocol, metadata):
+        return
+    files = [a for a in actions if isinstance(a, AddFile | RemoveFile | AddCDCFile)]
+    if any(isinstance(a, AddCDCFile) for a in files):
+        return
+    adds = any(isinstance(a, AddFile) and a.data_change for a in files)
+    if adds and any(isinstance(a, RemoveFile) and a.data_change for a in files):
+        raise DeltaProtocolError(
+            f"Cannot commit to table {table}: it has the change data feed "
+            "enabled (delta.enableChangeDataFeed=true, feature changeDataFeed) and this commit "
+            "rewrites data files without change data files (cdc actions), so readers of the "
+            "feed would see copied rows as deleted and inserted. Write the rows' changes as "
+            "cdc actions (airflow-delta's DELETE, UPDATE, in-process MERGE and write_delta do), "
+            "commit whole-file replacements with changes_from_files=True on the transaction, "
+            "or unset delta.enableChangeDataFeed."
+        )

@@ -55,6 +55,7 @@ from airflow_delta.engine.protocol.columnar import array_from_pylist
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import (
     PROPERTY_FEATURES,
+    check_change_data,
     check_writer_support,
     required_protocol,
     writer_features,
@@ -117,6 +118,7 @@ class OptimisticTransaction:
         self.read_files: list[pa.StructArray] = []
         self.read_txn: set[str] = set()
         self.has_written = False
+        self.changes_from_files = False  # a CDF table's changes read from adds and removes
         self.committed = False
         self.post_commit_hooks: list[PostCommitHook] = []
         self.attempts = 0
@@ -311,9 +313,7 @@ class OptimisticTransaction:
             return IsolationLevel.SNAPSHOT_ISOLATION
         override = self.properties.isolation_level
         if override is not None:
-            return (
-                override if isinstance(override, IsolationLevel) else IsolationLevel.parse(override)
-            )
+            return IsolationLevel.parse(override) if isinstance(override, str) else override
         configured = TableConfig(self.metadata.configuration).isolation_level
         return IsolationLevel.parse(configured) if configured else DEFAULT_ISOLATION_LEVEL
 
@@ -410,15 +410,15 @@ class OptimisticTransaction:
         TableConfig(metadata.configuration, self.table).validate()
         check_writer_support(protocol, self.table, metadata)
         self._check_file_actions(prepared, metadata)
+        check_change_data(prepared, protocol, metadata, self.table, self.changes_from_files)
         app_ids = [a.app_id for a in prepared if isinstance(a, SetTransaction)]
         if len(app_ids) != len(set(app_ids)):
             raise InvalidCommitError(
                 f"Table {self.table}: a commit can carry at most one txn action per appId "
                 f"(found {sorted(app_ids)})"
             )
-        if any(isinstance(a, DomainMetadata) for a in prepared) and "domainMetadata" not in (
-            writer_features(protocol)
-        ):
+        domains = any(isinstance(a, DomainMetadata) for a in prepared)
+        if domains and "domainMetadata" not in writer_features(protocol):
             raise DeltaProtocolError(
                 f"Table {self.table}: domainMetadata actions need the domainMetadata writer feature"
             )

@@ -44,8 +44,21 @@ def test_features_in_configuration_upgrade_the_protocol(tmp_path) -> None:
 
 
 def test_unsupported_writer_features_are_refused(tmp_path) -> None:
-    with pytest.raises(DeltaProtocolError, match="changeDataFeed"):
-        new_table(tmp_path, **{"delta.enableChangeDataFeed": "true"})
+    with pytest.raises(DeltaProtocolError, match="rowTracking"):
+        new_table(tmp_path, **{"delta.enableRowTracking": "true"})
+
+
+def test_change_data_feed_tables_refuse_rewrites_without_cdc(tmp_path) -> None:
+    log = new_table(tmp_path, **{"delta.enableChangeDataFeed": "true"})
+    assert "changeDataFeed" in (log.update().protocol.writer_features or [])
+    first = add("a")
+    log.start_transaction().commit([first], APPEND)  # appends need no change data
+    txn = log.start_transaction()
+    with pytest.raises(DeltaProtocolError, match=r"change data feed.*cdc actions.*changes_from"):
+        txn.commit([first.remove(1), add("a")], Operation("WRITE", {"mode": "Overwrite"}))
+    txn = log.start_transaction()
+    txn.changes_from_files = True  # a whole-file replacement: readers infer its changes
+    assert txn.commit([first.remove(1), add("a")], Operation("WRITE", {"mode": "Overwrite"})) == 2
 
 
 def test_commit_writes_commit_info_first(tmp_path) -> None:
