@@ -377,7 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a retention shorter than the table's (unsafe while anyone writes)",
     )
     p.set_defaults(handler=cmd_vacuum)
+    _add_table_commands(sub)
+    return parser
 
+
+def _add_table_commands(sub: Any) -> None:
+    """The subcommands that change a table in process: delete, update, optimize, restore."""
     p = sub.add_parser("delete", help="DELETE the rows matching a predicate (in process)")
     _add_common(p)
     _add_predicate(p, "delete")
@@ -441,8 +446,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_user_metadata(p)
     p.set_defaults(handler=cmd_restore)
-
-    return parser
 
 
 def _add_predicate(parser: argparse.ArgumentParser, verb: str) -> None:

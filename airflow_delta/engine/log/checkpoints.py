@@ -8,8 +8,11 @@ A checkpoint holds one action per row, each action in its own struct column (`ad
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from airflow_delta.engine.protocol.action_types import (
     PROTOCOL_TYPE,
     REMOVE_TYPE,
     SIDECAR_TYPE,
+    STRING_MAP,
     TXN_TYPE,
 )
 from airflow_delta.engine.protocol.actions import (
@@ -458,6 +462,7 @@ def write_checkpoint(
     pieces: Iterable[pa.Table],
     max_rows: int,
     part_size: int = DEFAULT_CHECKPOINT_PART_SIZE,
+    v2: bool = False,
 ) -> CheckpointResult:
     """Write the tables of `pieces` (at most `max_rows` rows) as the checkpoint of `version`.
 
@@ -465,8 +470,11 @@ def write_checkpoint(
     memory holds one piece at a time. Above `part_size` actions they are gathered and split
     into a multi-part checkpoint. Parts are written whole-file atomically (rewriting a checkpoint
     of the same version is harmless: its content is the same). `_last_checkpoint` is written
-    last, and only moves forward.
+    last, and only moves forward. With `v2` (tables with the v2Checkpoint feature) a v2
+    checkpoint is written instead (`write_v2_checkpoint`).
     """
+    if v2:
+        return write_v2_checkpoint(store, log_path, version, pieces, max_rows)
     tally = _Tally()
     tables = tally.count(pieces)
     if max_rows <= part_size:
@@ -485,21 +493,107 @@ def write_checkpoint(
     for name, content in zip(names, contents, strict=True):
         path = store.join(log_path, name)
         size_in_bytes += store.write_parquet(path, content, CHECKPOINT_SCHEMA, **_PARQUET_OPTIONS)
-    parts = len(names)
-    n = tally.rows
-    result = CheckpointResult(version, parts, n, size_in_bytes, tally.adds)
-    hint = read_last_checkpoint(store, log_path)
-    if hint is None or hint.get("version", -1) <= version:
-        body = {
-            "version": version,
-            "size": n,
-            **({"parts": parts} if parts > 1 else {}),
-            "sizeInBytes": size_in_bytes,
-            "numOfAddFiles": tally.adds,
-        }
-        data = json.dumps(body, separators=(",", ":")).encode()
-        store.write(store.join(log_path, filenames.LAST_CHECKPOINT), data, overwrite=True)
+    result = CheckpointResult(version, len(names), tally.rows, size_in_bytes, tally.adds)
+    _update_last_checkpoint(store, log_path, result)
     return result
+
+
+def _update_last_checkpoint(store: LogStore, log_path: str, result: CheckpointResult) -> None:
+    """Point `_last_checkpoint` at the checkpoint written, unless it names a newer one."""
+    hint = read_last_checkpoint(store, log_path)
+    if hint is not None and hint.get("version", -1) > result.version:
+        return
+    body = {
+        "version": result.version,
+        "size": result.num_actions,
+        **({"parts": result.parts} if result.parts > 1 else {}),
+        "sizeInBytes": result.size_in_bytes,
+        "numOfAddFiles": result.num_of_add_files,
+    }
+    data = json.dumps(body, separators=(",", ":")).encode()
+    store.write(store.join(log_path, filenames.LAST_CHECKPOINT), data, overwrite=True)
+
+
+# -- v2 checkpoints -------------------------------------------------------------------------
+
+#: The columns of a v2 checkpoint's top-level file: a classic checkpoint's, plus
+#: `checkpointMetadata` and `sidecar`.
+V2_CHECKPOINT_SCHEMA = pa.schema(
+    [
+        *CHECKPOINT_COLUMNS.items(),
+        ("checkpointMetadata", pa.struct([("version", pa.int64()), ("tags", STRING_MAP)])),
+        ("sidecar", SIDECAR_TYPE),
+    ]
+)
+#: The columns of a sidecar file: the file actions.
+SIDECAR_SCHEMA = pa.schema([("add", ADD_TYPE), ("remove", REMOVE_TYPE)])
+#: Above this many file actions, a v2 checkpoint moves them to a sidecar file.
+SIDECAR_MIN_ACTIONS = 100_000
+
+
+def write_v2_checkpoint(
+    store: LogStore,
+    log_path: str,
+    version: int,
+    pieces: Iterable[pa.Table],
+    max_rows: int,
+    sidecar_min_actions: int | None = None,
+) -> CheckpointResult:
+    """Write a v2 checkpoint of `version`: a UUID-named parquet file holding a
+    `checkpointMetadata` action and the other actions, with the file actions in it when they
+    are few, else streamed into one sidecar file (`_sidecars/<uuid>.parquet`) that a `sidecar`
+    action names. `_last_checkpoint` is updated as for a classic checkpoint."""
+    tally = _Tally()
+    tables = tally.count(pieces)
+    metadata_type = V2_CHECKPOINT_SCHEMA.field("checkpointMetadata").type
+    metadata = array_from_pylist([{"version": version, "tags": None}], metadata_type)
+    head = [_v2_table({"checkpointMetadata": metadata})]
+    size = 0
+    if max_rows > (SIDECAR_MIN_ACTIONS if sidecar_min_actions is None else sidecar_min_actions):
+        small: list[pa.Table] = []
+        name = f"{uuid.uuid4()}.parquet"
+        path = store.join(log_path, filenames.SIDECAR_DIR, name)
+        sidecar_size = store.write_parquet(
+            path, _file_rows(tables, small), SIDECAR_SCHEMA, **_PARQUET_OPTIONS
+        )
+        row = {"path": name, "sizeInBytes": sidecar_size, "modificationTime": _now_ms()}
+        sidecar = array_from_pylist([row], SIDECAR_TYPE)
+        head += [_v2_table({"sidecar": sidecar}), *map(_v2_table, small)]
+        tables, size = iter(()), sidecar_size
+    name = f"{version:020d}.checkpoint.{uuid.uuid4()}.parquet"
+    content = itertools.chain(head, map(_v2_table, tables))
+    size += store.write_parquet(
+        store.join(log_path, name), content, V2_CHECKPOINT_SCHEMA, **_PARQUET_OPTIONS
+    )
+    result = CheckpointResult(version, 1, tally.rows + 1, size, tally.adds)
+    _update_last_checkpoint(store, log_path, result)
+    return result
+
+
+def _file_rows(tables: Iterable[pa.Table], small: list[pa.Table]) -> Iterator[pa.Table]:
+    """The file actions of `tables` (as SIDECAR_SCHEMA), the other rows put in `small`."""
+    for t in tables:
+        files = pc.or_(t.column("add").is_valid(), t.column("remove").is_valid())
+        if not pc.all(files).as_py():
+            small.append(t.filter(pc.invert(files)))
+        yield t.filter(files).select(["add", "remove"])
+
+
+def _v2_table(table: pa.Table | dict[str, pa.Array]) -> pa.Table:
+    """`table`'s columns with the others of a v2 top-level checkpoint as nulls."""
+    if isinstance(table, pa.Table):
+        columns = {name: table.column(name) for name in table.column_names}
+    else:
+        columns = table
+    n = len(next(iter(columns.values())))
+    return pa.table(
+        {f.name: columns.get(f.name, pa.nulls(n, f.type)) for f in V2_CHECKPOINT_SCHEMA},
+        schema=V2_CHECKPOINT_SCHEMA,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def read_last_checkpoint(store: LogStore, log_path: str) -> dict[str, Any] | None:

@@ -236,8 +236,10 @@ class Snapshot:
     # -- checkpoints -------------------------------------------------------------------------
 
     def write_checkpoint(self, part_size: int = DEFAULT_CHECKPOINT_PART_SIZE) -> CheckpointResult:
-        """Write a classic (or multi-part, above `part_size` actions) checkpoint of this version."""
+        """Write a checkpoint of this version: a v2 checkpoint when the table has the
+        v2Checkpoint feature, else a classic one (multi-part above `part_size` actions)."""
         check_checkpoint_support(self.protocol, self.table_uri)
+        v2 = "v2Checkpoint" in (self.protocol.writer_features or [])
         txns = list(self.set_transactions.values())
         domains = list(self.domain_metadata.values())
         pieces = checkpoint_pieces(
@@ -246,7 +248,7 @@ class Snapshot:
         max_rows = 2 + len(txns) + len(domains) + self.max_file_actions()
         location = self.location
         result = write_checkpoint(
-            location.store, location.log_path, self.version, pieces, max_rows, part_size
+            location.store, location.log_path, self.version, pieces, max_rows, part_size, v2
         )
         log.info(
             "Checkpointed table %s at version %s (%s parts, %s actions)",

@@ -148,27 +148,22 @@ class OptimisticTransaction:
     def table(self) -> str:
         return self.location.uri
 
-    def _partition_types(self) -> dict[str, Any]:
-        metadata = self.metadata
-        if metadata is None or not metadata.partition_columns:
-            return {}
-        fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
-        by_name = {f["name"]: f for f in fields}  # whole fields: column mapping needs metadata
-        return {c: by_name.get(c, "string") for c in metadata.partition_columns}
-
-    def _data_types(self) -> dict[str, Any]:
-        """The schema fields of the columns that are not partition columns, by name."""
+    def _column_types(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The schema fields of the partition columns and of the other columns, by name (whole
+        fields: column mapping needs their metadata)."""
         metadata = self.metadata
         if metadata is None:
-            return {}
-        fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
-        partitions = set(metadata.partition_columns)
-        return {f["name"]: f for f in fields if f["name"] not in partitions}
+            return {}, {}
+        fields = json.loads(metadata.schema_string or "{}").get("fields", [])
+        by_name = {f["name"]: f for f in fields}
+        partitions = list(metadata.partition_columns)
+        data = {name: f for name, f in by_name.items() if name not in partitions}
+        return {c: by_name.get(c, "string") for c in partitions}, data
 
     def parse_file_predicate(self, predicate: str | Sequence[str] | None) -> PartitionPredicate:
         """`predicate` (SQL over any of the table's columns) parsed for data skipping; raises
         InvalidPredicateError for an unknown column or a malformed predicate."""
-        return parse_file_predicates(predicate, self._partition_types(), self._data_types())
+        return parse_file_predicates(predicate, *self._column_types())
 
     def filter_files_arrow(
         self, predicate: str | Sequence[str] | None = None, *, data_skipping: bool = True
@@ -185,7 +180,7 @@ class OptimisticTransaction:
         if data_skipping:
             parsed = self.parse_file_predicate(predicate)
         else:
-            parsed = parse_predicates(predicate, self._partition_types())
+            parsed = parse_predicates(predicate, self._column_types()[0])
         files = self.snapshot.files() if self.read_version >= 0 else pa.nulls(0, ADD_TYPE)
         if not parsed.matches_all():
             files = files.filter(parsed.evaluate(files))

@@ -84,9 +84,10 @@ def _actions(uri: str, version: int) -> list[dict]:
 
 def test_restore_by_timestamp(tmp_path: Path) -> None:
     uri = create(tmp_path / "t", batch(range(4)))
-    time.sleep(0.02)
-    moment = DeltaLog(uri).history(limit=1)[0]["timestamp"]
-    time.sleep(0.02)
+    # version 1's commit timestamp as time travel reads it (the commit file's mtime)
+    moment = DeltaLog(uri).commit_timestamps()[-1][1]
+    while time.time() * 1000 <= moment + 1:  # the next commit must be strictly later
+        time.sleep(0.001)
     append(uri, batch(range(4, 8)))
     when = datetime.fromtimestamp(moment / 1000, UTC)
     result = restore(uri, timestamp=when.isoformat())
