@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_delta.engine.commands.change_data import read_changes
     from airflow_delta.engine.commands.dml import delete, update
     from airflow_delta.engine.commands.optimize import optimize
     from airflow_delta.engine.commands.restore import restore
@@ -63,6 +64,7 @@ _HOMES = {
     "TableLocation": "log.table_location",
     "delete": "commands.dml",
     "optimize": "commands.optimize",
+    "read_changes": "commands.change_data",
     "read_table": "commands.table_reader",
     "restore": "commands.restore",
     "to_pandas": "commands.table_reader",
@@ -106,6 +108,7 @@ __all__ = [
     "TableLocation",
     "delete",
     "optimize",
+    "read_changes",
     "read_table",
     "restore",
     "to_pandas",

@@ -30,6 +30,11 @@ class VersionNotFoundError(DeltaError):
     """Time travel asked for a version or timestamp the log cannot reconstruct."""
 
 
+class ChangeDataFeedError(DeltaError):
+    """Changes were asked for versions that did not record change data (the change data feed
+    was not enabled then)."""
+
+
 class UnsupportedStorageError(DeltaError):
     """The filesystem cannot make commits atomic, and single-writer mode was not chosen."""
 

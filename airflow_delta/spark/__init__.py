@@ -3,6 +3,7 @@
 It calls the engine (`airflow_delta.engine`) for every commit; the engine never imports Spark.
 """
 
+from airflow_delta.spark.changes import read_changes
 from airflow_delta.spark.merge import DeltaMergeBuilder, merge_delta
 from airflow_delta.spark.read import read_delta, scan_files
 from airflow_delta.spark.session import get_spark
@@ -12,6 +13,7 @@ __all__ = [
     "DeltaMergeBuilder",
     "get_spark",
     "merge_delta",
+    "read_changes",
     "read_delta",
     "scan_files",
     "write_delta",

@@ -64,12 +64,14 @@ from airflow_delta.engine.commands.merge import (
 from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
 from airflow_delta.engine.errors import (
     DeltaError,
+    DeltaProtocolError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.actions import Action
+from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import NUMERIC_ORDER, write_files
 
@@ -164,6 +166,14 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 source, self._identified_rows(spark, snapshot, files), modifying
             )
         touched = files.filter(pc.is_in(files.field("path"), pa.array(paths, pa.string())))
+        if len(touched) and change_data_feed_enabled(txn.protocol, txn.metadata):
+            raise DeltaProtocolError(
+                f"MERGE into {self.target_uri}: the table has the change data feed enabled "
+                "(delta.enableChangeDataFeed=true, feature changeDataFeed), and the Spark MERGE "
+                "does not write change data files yet. Give the MERGE an Arrow source (or a "
+                "source small enough to run in process, see IN_PROCESS_SOURCE_BYTES): the "
+                "in-process MERGE writes them; or run this MERGE with delta-spark."
+            )
         outputs = []
         if modifying and inserting and not duplicates and not untouched_matches:
             # every source row matching a candidate row matched one of the touched files: one

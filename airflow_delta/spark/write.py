@@ -606,6 +606,7 @@ def write_delta(
     if dynamic:
         parameters["partitionOverwriteMode"] = "dynamic"
     metrics = _write_metrics(adds, removed if overwrite else None)
+    txn.changes_from_files = True  # whole files replaced: CDF readers infer deletes and inserts
     return txn.commit(actions, Operation("WRITE", parameters, metrics))
 
 

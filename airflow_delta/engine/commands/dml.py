@@ -595,7 +595,7 @@ def _combined(
 def _concatenated(tasks: list[Callable[[], pa.Table | ChangeRows]]) -> pa.Table | ChangeRows:
     outputs = [task() for task in tasks]
     if not any(isinstance(o, ChangeRows) for o in outputs):
-        return pa.concat_tables(outputs)  # type: ignore[arg-type]
+        return pa.concat_tables(outputs)
     parts = [o if isinstance(o, ChangeRows) else ChangeRows(o) for o in outputs]
     data = [p.data for p in parts if p.data is not None]
     changes = [p.changes for p in parts if p.changes is not None]

@@ -124,6 +124,7 @@ def restore(
     parameters: dict[str, Any] = {"version": version}
     if timestamp is not None:
         parameters["timestamp"] = str(timestamp)
+    txn.changes_from_files = True  # as delta-spark: CDF readers take its adds and removes
     result = txn.commit(actions, Operation("RESTORE", parameters, metrics))
     log.info(
         "RESTORE of %s to version %s committed version %s: %s files restored, %s removed",
