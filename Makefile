@@ -10,6 +10,11 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	# pyspark-client (required by apache-airflow-providers-apache-spark) ships the same files as
+	# pyspark, in an older version: reinstall pyspark last so its Python files match its jars.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
+		"$$(grep '^pyspark==' constraints.txt)"
+	$(PY) -m pip check
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -30,6 +30,7 @@ def test_every_example_dag_parses() -> None:
         "delta_orders_pipeline",
         "delta_orders_watch",
         "delta_nightly_maintenance",
+        "delta_pyspark_orders",
     }
     maintenance = bag.dags["delta_nightly_maintenance"]
     upstream = {t.task_id: t.upstream_task_ids for t in maintenance.tasks}
