@@ -1,0 +1,295 @@
+"""Change data feed: what DELETE, UPDATE and the in-process MERGE write on a CDF table (cdc
+actions, `_change_data/<partition>/cdc-*.parquet` files with `_change_type`), what
+`read_changes` returns, and both against deltalake's `load_cdf` (on tables written here and
+by deltalake) and DuckDB's delta extension."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_delta.engine import DeltaLog, Operation, delete, read_changes, update
+from airflow_delta.engine.commands.merge_in_process import merge_arrow
+from airflow_delta.engine.errors import (
+    ChangeDataFeedError,
+    DeltaProtocolError,
+    UnsupportedMergeError,
+    VersionNotFoundError,
+)
+from airflow_delta.engine.log.history import commit_timestamps
+from airflow_delta.engine.log.table_location import TableLocation
+from tests.engine.commands.dml_tables import (
+    SCHEMA,
+    append,
+    batch,
+    create,
+    deltalake_rows,
+    duckdb_rows,
+    engine_rows,
+)
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+KEY = ["_commit_version", "_change_type", "id", "k", "s", "p"]
+
+
+def cdf_table(path: Path, rows: int = 10, dv: bool = False, partitioned: bool = True) -> str:
+    return create(path, batch(range(rows)), dv=dv, partitioned=partitioned, configuration=CDF)
+
+
+def changes(table: Any) -> list[tuple[Any, ...]]:
+    """The changes as sorted tuples of KEY (any Arrow table, deltalake's arro3 too)."""
+    table = pa.table(table)
+    columns = [table.column(c).to_pylist() for c in KEY]
+    return sorted(zip(*columns, strict=True), key=repr)
+
+
+def theirs(uri: str, start: int = 0, end: int | None = None) -> list[tuple[Any, ...]]:
+    cdf = DeltaTable(uri).load_cdf(starting_version=start, ending_version=end)
+    return changes(cdf.read_all())
+
+
+def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
+    text = Path(uri, "_delta_log", f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def cdc_actions(uri: str, version: int) -> list[dict[str, Any]]:
+    return [a["cdc"] for a in commit_actions(uri, version) if "cdc" in a]
+
+
+def of_version(rows: list[tuple[Any, ...]], version: int) -> list[tuple[Any, ...]]:
+    return [r[1:] for r in rows if r[0] == version]
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def test_delete_writes_cdc_files_without_partition_columns(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    result = delete(uri, "id = 3")
+    assert result.metrics["numAddedChangeFiles"] == 1
+    (cdc,) = cdc_actions(uri, result.version)
+    assert cdc["path"].startswith("_change_data/p=a/cdc-") and cdc["dataChange"] is False
+    assert cdc["partitionValues"] == {"p": "a"}
+    stored = pq.read_table(Path(uri, cdc["path"]))
+    assert stored.column_names == ["id", "k", "s", "_change_type"]  # no partition column
+    assert stored.to_pylist() == [{"id": 3, "k": 3, "s": "s0", "_change_type": "delete"}]
+    assert of_version(changes(read_changes(uri, 2)), 2) == [("delete", 3, 3, "s0", "a")]
+    assert theirs(uri) == changes(read_changes(uri, 0))
+
+
+def test_delete_of_whole_files_writes_no_cdc(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    version = delete(uri, "p = 'a'").version
+    assert cdc_actions(uri, version) == []  # readers take the removes as deletes
+    deleted = of_version(changes(read_changes(uri, version)), version)
+    assert [r[:2] for r in deleted] == [("delete", i) for i in (1, 3, 5, 7, 9)]
+    assert theirs(uri) == changes(read_changes(uri, 0))
+
+
+@pytest.mark.parametrize("dv", [False, True])
+def test_update_writes_pre_and_post_images(tmp_path: Path, dv: bool) -> None:
+    uri = cdf_table(tmp_path, dv=dv)
+    version = update(uri, {"s": "'new'"}, "id IN (2, 5)").version
+    assert of_version(changes(read_changes(uri, version)), version) == [
+        ("update_postimage", 2, 2, "new", "b"),
+        ("update_postimage", 5, 0, "new", "a"),
+        ("update_preimage", 2, 2, "s2", "b"),
+        ("update_preimage", 5, 0, "s2", "a"),
+    ]
+    assert theirs(uri) == changes(read_changes(uri, 0))
+
+
+def test_deletion_vector_delete_and_removal_of_a_dv_file(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path, dv=True)
+    first = delete(uri, "id = 3")
+    assert first.metrics["numDeletionVectorsAdded"] == 1
+    assert first.metrics["numAddedChangeFiles"] == 1
+    second = delete(uri, "p = 'a'")  # removes a file with a DV whole: cdc of its live rows
+    assert [r[:2] for r in of_version(changes(read_changes(uri, 3)), second.version)] == [
+        ("delete", i) for i in (1, 5, 7, 9)
+    ]
+    assert theirs(uri) == changes(read_changes(uri, 0))
+
+
+def test_merge_in_process_writes_every_change(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    source = batch([2, 3, 4, 20], s=["u2", "u3", "u4", "n20"])
+    result = (
+        merge_arrow(uri, source, "t.id = s.id")
+        .when_matched_update_all("s.id <> 3")
+        .when_matched_delete()
+        .when_not_matched_insert_all()
+        .when_not_matched_by_source_delete("t.id = 9")
+        .execute()
+    )
+    assert result.metrics["numTargetChangeFilesAdded"] > 0
+    assert of_version(changes(read_changes(uri, 2)), 2) == [
+        ("delete", 3, 3, "s0", "a"),
+        ("delete", 9, 4, "s0", "a"),
+        ("insert", 20, 0, "n20", "b"),
+        ("update_postimage", 2, 2, "u2", "b"),
+        ("update_postimage", 4, 4, "u4", "b"),
+        ("update_preimage", 2, 2, "s2", "b"),
+        ("update_preimage", 4, 4, "s1", "b"),
+    ]
+    assert theirs(uri) == changes(read_changes(uri, 0))
+
+
+def test_insert_only_merge_writes_no_cdc(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    merge = merge_arrow(uri, batch([30]), "t.id = s.id").when_not_matched_insert_all()
+    version = merge.execute().version
+    assert cdc_actions(uri, version) == []
+    assert of_version(changes(read_changes(uri, version)), version) == [
+        ("insert", 30, 0, "s0", "b")
+    ]
+
+
+def test_rewrite_without_cdc_is_refused(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    txn = DeltaLog.for_table(uri).start_transaction()
+    (old, *_) = txn.snapshot.all_files()
+    with pytest.raises(DeltaProtocolError, match=f"table {uri}.*delta.enableChangeDataFeed"):
+        txn.commit([old.remove(1), old], Operation("WRITE"))
+
+
+def test_others_read_our_tables(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path, dv=True)
+    delete(uri, "id = 3")
+    update(uri, {"k": "7"}, "id > 6")
+    assert engine_rows(uri) == deltalake_rows(uri) == duckdb_rows(uri)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def test_read_changes_columns_and_types(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    delete(uri, "id = 1")
+    got = read_changes(uri, 1, 2, columns=["ID", "s"])
+    assert got.column_names == ["id", "s", "_change_type", "_commit_version", "_commit_timestamp"]
+    assert got.schema.field("_commit_timestamp").type == pa.timestamp("us", tz="UTC")
+    assert sorted(set(got.column("_commit_version").to_pylist())) == [1, 2]
+    with pytest.raises(ValueError, match="no column nope"):
+        read_changes(uri, 0, columns=["nope"])
+
+
+def test_read_changes_by_timestamp(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    delete(uri, "id = 1")
+    stamps = dict(commit_timestamps(TableLocation.of(uri)))
+    at_2 = read_changes(uri, starting_timestamp=stamps[2])
+    assert set(at_2.column("_commit_version").to_pylist()) == {2}
+    assert set(at_2.column("_commit_timestamp").to_pylist()) == {
+        dt.datetime.fromtimestamp(stamps[2] / 1000, dt.UTC)
+    }
+    only_1 = read_changes(uri, 1, ending_timestamp=stamps[1])
+    assert set(only_1.column("_commit_version").to_pylist()) == {1}
+    with pytest.raises(VersionNotFoundError, match="no commit at or after"):
+        read_changes(uri, starting_timestamp=stamps[2] + 1)
+
+
+def test_read_changes_refuses_versions_without_cdf(tmp_path: Path) -> None:
+    uri = create(tmp_path, batch(range(4)))
+    with pytest.raises(ChangeDataFeedError, match=r"version 0 .*delta.enableChangeDataFeed"):
+        read_changes(uri, 0)
+    with pytest.raises(VersionNotFoundError, match="after the latest version 1"):
+        read_changes(cdf_table(tmp_path / "cdf"), 5)
+    with pytest.raises(ValueError, match="before the starting"):
+        read_changes(cdf_table(tmp_path / "cdf2"), 1, 0)
+
+
+def test_read_changes_of_a_dv_delete_without_cdc(tmp_path: Path) -> None:
+    """delta-spark's DELETE with deletion vectors writes no cdc files: the file is removed
+    and added again with its new vector, and readers take the difference."""
+    uri = cdf_table(tmp_path, dv=True)
+    version = delete(uri, "id IN (3, 5)").version
+    log = Path(uri, "_delta_log", f"{version:020d}.json")
+    lines = [line for line in log.read_text().splitlines() if '"cdc"' not in line]
+    log.write_text("\n".join(lines) + "\n")
+    assert [r[:2] for r in of_version(changes(read_changes(uri, version)), version)] == [
+        ("delete", 3),
+        ("delete", 5),
+    ]
+
+
+def test_tables_written_by_deltalake(tmp_path: Path) -> None:
+    uri = str(tmp_path)
+    write_deltalake(uri, batch(range(10)), partition_by=["p"], configuration=CDF)
+    table = DeltaTable(uri)
+    table.delete("id = 3")
+    table.update(updates={"s": "'zz'"}, predicate="id >= 7")
+    (
+        table.merge(batch([1, 40], s=["m1", "m40"]), "t.id = s.id", "s", "t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert theirs(uri) == changes(read_changes(uri, 0))
+    delete(uri, "id = 2")  # and we write to it
+    update(uri, {"s": "'w'"}, "id = 4")
+    assert theirs(uri) == changes(read_changes(uri, 0))
+    assert engine_rows(uri) == deltalake_rows(uri)
+
+
+# -- differential --------------------------------------------------------------------------
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["delete", "update", "merge", "append"]), st.integers(0, 14)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(
+    max_examples=12,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops=_OPS, dv=st.booleans(), partitioned=st.booleans())
+def test_against_deltalake_load_cdf(
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[tuple[str, int]],
+    dv: bool,
+    partitioned: bool,
+) -> None:
+    uri = cdf_table(tmp_path_factory.mktemp("cdf"), 12, dv=dv, partitioned=partitioned)
+    for name, n in ops:
+        if name == "delete":
+            delete(uri, f"k = {n % 5} AND id > {n}")
+        elif name == "update":
+            update(uri, {"s": f"'u{n}'", "k": "id"}, f"id >= {n}")
+        elif name == "merge":
+            source = batch([n, n + 7, n + 20], s=[f"m{n}"] * 3)
+            merge = (
+                merge_arrow(uri, source, "t.id = s.id")
+                .when_matched_update_all(f"s.id <> {n}")
+                .when_matched_delete()
+                .when_not_matched_insert_all()
+            )
+            with contextlib.suppress(UnsupportedMergeError):  # files with deletion vectors
+                merge.execute()
+        else:
+            append(uri, batch([100 + n]))
+    assert theirs(uri) == changes(read_changes(uri, 0))
+    assert engine_rows(uri) == deltalake_rows(uri)
+
+
+def test_schema_of_empty_range(tmp_path: Path) -> None:
+    uri = cdf_table(tmp_path)
+    got = read_changes(uri, 0, 0)  # version 0 only creates the table
+    assert got.num_rows == 0
+    assert got.column_names == [*SCHEMA.names, "_change_type", "_commit_version",
+                                "_commit_timestamp"]  # fmt: skip
