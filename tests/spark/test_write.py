@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_delta.engine import CommitProperties, DeltaLog, Operation, SetTransaction
-from airflow_delta.engine.errors import DeltaProtocolError, TableAlreadyExistsError
+from airflow_delta.engine.errors import TableAlreadyExistsError
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.protocol.schema import (
     DELTA_METADATA_KEY,
@@ -595,11 +595,11 @@ def test_overwrite_schema_replaces_schema_and_partitioning(spark: SparkSession, 
     assert_rows(table, new)
 
 
-def test_legacy_writer_5_table_with_change_data_feed_is_refused(
+def test_legacy_writer_5_table_with_change_data_feed_is_appended_to(
     spark: SparkSession, table: str
 ) -> None:
-    """Writer version 5 implies change data feed: refused when the table turns it on (this
-    writer does not write CDC files); without it the table is writable (test_column_mapping)."""
+    """Writer version 5 implies change data feed: an append to a table that turns it on needs
+    no change data files (readers take its adds as inserts)."""
     field = {
         "name": "id",
         "type": "long",
@@ -625,10 +625,8 @@ def test_legacy_writer_5_table_with_change_data_feed_is_refused(
         + json.dumps({"metaData": metadata})
         + "\n"
     )
-    with pytest.raises(DeltaProtocolError, match="changeDataFeed"):
-        write_delta(spark.createDataFrame([(1,)], "id long"), table)
-    assert parquet_files(table) == set()
-    assert DeltaLog.for_table(table).update().version == 0
+    assert write_delta(spark.createDataFrame([(1,)], "id long"), table).version == 1
+    assert len(parquet_files(table)) == 1
 
 
 @pytest.mark.s3
