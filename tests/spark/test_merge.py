@@ -275,6 +275,7 @@ def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
         "numTargetRowsCopied": 2,  # rows 2 and 4, in the files of rows 1 and 3
         "numOutputRows": 5,
         "numTargetFilesAdded": metrics["numTargetFilesAdded"],
+        "numTargetChangeFilesAdded": 0,  # not a change-data-feed table
         "numTargetFilesRemoved": 3,
     }
     assert table_rows(spark, uri) == [
