@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
 		"$$(grep '^pyspark==' constraints.txt)"
 	$(PY) -m pip check
+	# Azurite, the Azure Blob emulator of the object-store tests (npm registry; skipped when
+	# npm is absent, and those tests say so)
+	if command -v npm >/dev/null; then \
+		npm install --silent --no-audit --no-fund --prefix $(VENV)/azurite azurite@3.35.0; fi
 	touch $(STAMP)
 
 install: $(STAMP)

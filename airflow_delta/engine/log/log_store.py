@@ -6,13 +6,15 @@ is achieved depends on the filesystem:
 - local: the bytes go to a temporary file in the target directory, which is fsynced and then
   hard-linked to the target name; `os.link` fails when the name is taken.
 - S3 (`s3://`, `s3a://`): one single-part PUT with `If-None-Match: *`.
+- GCS (`gs://`): a create with `ifGenerationMatch=0`; Azure Blob / ADLS Gen2 (`az://`,
+  `abfs://`, `abfss://`): a PUT with `If-None-Match: *`.
 - memory (tests): an exists-check and a write under one process-wide lock.
 - anything else fsspec can open: reads and listings work, but a put-if-absent is refused with
   `UnsupportedStorageError` unless the storage option `"single_writer": "true"` promises that
   only one writer ever commits to the table.
 
 Paths handed to and returned by a LogStore are in the terms of its filesystem: absolute OS paths
-for local tables, `bucket/key` for S3, `/path` for memory.
+for local tables, `bucket/key` for S3 and GCS, `container/key` for Azure, `/path` for memory.
 
 The log store is the engine's only door to storage: data files, deletion vectors and
 checkpoints are opened through it too (`open_input`, `open_output`, `file_path`), so no other
@@ -33,7 +35,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 import fsspec
@@ -43,25 +45,16 @@ from fsspec.core import url_to_fs
 
 from airflow_delta.engine.errors import CorruptLogError, UnsupportedStorageError
 from airflow_delta.engine.log.storage_errors import storage_access_error
+from airflow_delta.engine.log.storage_options import (
+    LOG_COMPACTION_OPTION,
+    SINGLE_WRITER_OPTION,
+    s3fs_options,
+    truthy,
+)
 from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, resolve_path
 
 log = logging.getLogger(__name__)
 
-SINGLE_WRITER_OPTION = "single_writer"
-#: Storage option: "false" makes log replay ignore log compaction files (`x.y.compacted.json`).
-LOG_COMPACTION_OPTION = "use_log_compaction"
-
-# delta-rs / object_store style keys and the S3FileSystem argument each one becomes.
-_AWS_KEYS = {
-    "AWS_ACCESS_KEY_ID": "key",
-    "AWS_SECRET_ACCESS_KEY": "secret",
-    "AWS_SESSION_TOKEN": "token",
-    "AWS_ENDPOINT_URL": "endpoint_url",
-    "AWS_ENDPOINT": "endpoint_url",
-}
-_AWS_REGION_KEYS = ("AWS_REGION", "AWS_DEFAULT_REGION")
-# Accepted and consumed: s3fs speaks whatever scheme the endpoint URL names.
-_AWS_CONSUMED_KEYS = ("AWS_ALLOW_HTTP",)
 
 #: Keys per DeleteObjects request (S3 takes at most 1000).
 DELETE_BATCH = 1000
@@ -490,8 +483,43 @@ class MemoryLogStore(FsspecLogStore):
             self.fs.pipe_file(path, data)
 
 
-class S3LogStore(FsspecLogStore):
+class ConditionalPutLogStore(FsspecLogStore):
+    """An object store whose filesystem creates an object conditionally in one request, and
+    raises FileExistsError when it exists: S3 (`If-None-Match: *`), GCS (`ifGenerationMatch=0`)
+    and Azure Blob / ADLS Gen2 (`If-None-Match: *`), through `pipe_file(mode="create")`."""
+
+    #: `pipe_file` arguments that keep a commit one request (no multipart upload).
+    put_options: ClassVar[dict[str, Any]] = {}
+
+    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
+        """One PUT; with `overwrite=False` conditional on the object not existing.
+
+        A retried PUT whose first attempt landed finds its own object: when the object already
+        holds exactly `data`, the write counts as done.
+        """
+        if overwrite:
+            self.fs.pipe_file(path, data, **self.put_options)
+            return
+        try:
+            self.fs.pipe_file(path, data, mode="create", **self.put_options)
+        except FileExistsError:
+            if self.fs.cat_file(path) != data:
+                raise
+
+
+class GCSLogStore(ConditionalPutLogStore):
+    """Google Cloud Storage through gcsfs: put-if-absent by a create with `ifGenerationMatch=0`."""
+
+
+class AzureLogStore(ConditionalPutLogStore):
+    """Azure Blob Storage and ADLS Gen2 through adlfs: put-if-absent by a PUT with
+    `If-None-Match: *`."""
+
+
+class S3LogStore(ConditionalPutLogStore):
     """S3 through s3fs: put-if-absent by a conditional PUT, listings straight from S3."""
+
+    put_options: ClassVar[dict[str, Any]] = {"chunksize": _MAX_SINGLE_PUT}
 
     def __init__(self, fs: fsspec.AbstractFileSystem, page_size: int = 1000) -> None:
         super().__init__(fs, "s3")
@@ -566,21 +594,6 @@ class S3LogStore(FsspecLogStore):
         for path in paths:
             self.fs.invalidate_cache(path)
 
-    def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
-        """One single-part PUT; with `overwrite=False` conditional on `If-None-Match: *`.
-
-        A retried PUT whose first attempt landed gets 412 for its own object: when the object
-        already holds exactly `data`, the write counts as done.
-        """
-        if overwrite:
-            self.fs.pipe_file(path, data, chunksize=_MAX_SINGLE_PUT)
-            return
-        try:
-            self.fs.pipe_file(path, data, mode="create", chunksize=_MAX_SINGLE_PUT)
-        except FileExistsError:
-            if self.fs.cat_file(path) != data:
-                raise
-
 
 def _check_size(path: str, size: int, max_size: int | None) -> None:
     if max_size is not None and size > max_size:
@@ -598,7 +611,7 @@ def get_log_store(
     `file:/abs` (percent-escapes decoded). The root never ends with a slash.
     """
     options = dict(storage_options or {})
-    single_writer = _truthy(options.pop(SINGLE_WRITER_OPTION, False))
+    single_writer = truthy(options.pop(SINGLE_WRITER_OPTION, False))
     options.pop(LOG_COMPACTION_OPTION, None)  # read by the log segment, not by fsspec
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     if not scheme and uri.startswith("file:"):
@@ -606,11 +619,15 @@ def get_log_store(
     if scheme in ("", "file"):
         return LocalLogStore(), _local_root(uri)
     if scheme in ("s3", "s3a"):
-        fs, root = url_to_fs(uri, **_s3fs_options(options))
+        fs, root = url_to_fs(uri, **s3fs_options(options))
         return S3LogStore(fs), root.rstrip("/")
     fs, root = url_to_fs(uri, **options)
     if scheme == "memory":
         return MemoryLogStore(fs), root.rstrip("/")
+    if scheme in ("gs", "gcs"):
+        return GCSLogStore(fs, scheme), root.rstrip("/")
+    if scheme in ("az", "abfs", "abfss"):
+        return AzureLogStore(fs, scheme), root.rstrip("/")
     store_cls = SingleWriterLogStore if single_writer else FsspecLogStore
     return store_cls(fs, scheme), root.rstrip("/")
 
@@ -623,45 +640,6 @@ def _local_root(uri: str) -> str:
             raise ValueError(f"file URI with a remote host is not supported: {uri!r}")
         uri = unquote(parts.path)
     return os.path.abspath(uri)
-
-
-def _s3fs_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Translate storage options into S3FileSystem arguments.
-
-    s3fs's own (lower-case) arguments pass through and win over translated ones. The
-    delta-rs / object_store keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
-    AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL / AWS_ENDPOINT and AWS_ALLOW_HTTP are
-    understood in any case. Every other upper-case key (AWS_S3_LOCKING_PROVIDER,
-    AWS_S3_ALLOW_UNSAFE_RENAME, AWS_CONDITIONAL_PUT, DELTA_DYNAMO_TABLE_NAME, ...) configures
-    delta-rs commit coordination or features s3fs lacks; it is dropped with a warning.
-    Listing caches are always off: a stale listing would hide commits.
-    """
-    translated: dict[str, Any] = {}
-    native: dict[str, Any] = {}
-    region = None
-    dropped = []
-    for name, value in options.items():
-        upper = name.upper()
-        if upper in _AWS_KEYS:
-            translated[_AWS_KEYS[upper]] = value
-        elif upper in _AWS_REGION_KEYS:
-            region = value
-        elif upper in _AWS_CONSUMED_KEYS:
-            continue
-        elif upper.startswith("AWS_") or name.isupper():
-            dropped.append(name)
-        else:
-            native[name] = value
-    if dropped:
-        log.warning("storage options not used for S3 (s3fs has no such setting): %s", dropped)
-    if region is not None:
-        native["client_kwargs"] = {"region_name": region, **native.get("client_kwargs", {})}
-    return {**translated, **native, "use_listings_cache": False}
-
-
-def _truthy(value: Any) -> bool:
-    """Read a boolean storage option given as a bool or a string."""
-    return str(value).strip().lower() in ("true", "1", "yes", "on")
 
 
 def _to_ms(value: Any) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from airflow_delta.engine.log.log_store import LOG_COMPACTION_OPTION, LogStore, get_log_store
+from airflow_delta.engine.log.log_store import LogStore, get_log_store
+from airflow_delta.engine.log.storage_options import LOG_COMPACTION_OPTION
 from airflow_delta.engine.protocol.paths import FileLocation, table_root
 
 
