@@ -125,6 +125,7 @@ WRITER_FEATURES = frozenset(
         "typeWidening-preview",
         "columnMapping",
         "changeDataFeed",
+        "rowTracking",
     }
 )
 

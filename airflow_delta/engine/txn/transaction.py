@@ -61,6 +61,7 @@ from airflow_delta.engine.protocol.features import (
     writer_features,
 )
 from airflow_delta.engine.protocol.schema import column_mapping_problems
+from airflow_delta.engine.txn.commit_checks import check_file_actions, check_names
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.conflicts import (
     DEFAULT_ISOLATION_LEVEL,
@@ -75,6 +76,12 @@ from airflow_delta.engine.txn.post_commit import (
     PostCommitHook,
     post_commit_hook,
 )
+from airflow_delta.engine.txn.row_tracking import (
+    ROW_TRACKING_DOMAIN,
+    RowIdAssigner,
+    prepare_row_tracking,
+    with_materialized_column_names,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +90,6 @@ BACKOFF_BASE_SECONDS = 0.005
 BACKOFF_CAP_SECONDS = 0.05
 
 ENGINE_INFO = f"airflow-delta/{__version__}"
-_INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
 _commit_locks: dict[str, threading.Lock] = {}
 _commit_locks_guard = threading.Lock()
 
@@ -119,6 +125,9 @@ class OptimisticTransaction:
         self.read_txn: set[str] = set()
         self.has_written = False
         self.changes_from_files = False  # a CDF table's changes read from adds and removes
+        self.row_ids_preserved = False  # a rewrite that kept its rows' row ids (materialized)
+        self.row_ids: RowIdAssigner | None = None  # set by prepare_commit on row-tracking tables
+        self.committed_actions: list[Action] = []
         self.committed = False
         self.post_commit_hooks: list[PostCommitHook] = []
         self.attempts = 0
@@ -255,7 +264,7 @@ class OptimisticTransaction:
             raise InvalidCommitError(f"Table {self.table}: metadata has no struct schemaString")
         names = [f["name"] for f in schema.get("fields", [])]
         mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
-        _check_names(names, mapping, self.table)
+        check_names(names, mapping, self.table)
         if mapping:
             max_id = int(metadata.configuration.get("delta.columnMapping.maxColumnId", 0))
             problems = column_mapping_problems(schema, max_id)
@@ -285,6 +294,8 @@ class OptimisticTransaction:
             wanted.add("timestampNtz")
         if any(key.startswith("delta.constraints.") for key in metadata.configuration):
             wanted.add("checkConstraints")
+        if "rowTracking" in wanted:
+            wanted.add("domainMetadata")  # the row-id high-water mark lives in a domain
         current = self.snapshot.protocol if self.read_version >= 0 else None
         if current is None or not wanted <= writer_features(current):
             protocol = required_protocol(current, wanted)
@@ -352,7 +363,7 @@ class OptimisticTransaction:
         log.info("Committed delta #%s to %s", version, self.location.log_path)
         needs_checkpoint = version > 0 and version % config.checkpoint_interval == 0
         self.post_commit(version, needs_checkpoint)
-        self.run_post_commit_hooks(version, prepared)
+        self.run_post_commit_hooks(version, self.committed_actions or prepared)
         return self.result(version, operation)
 
     def result(self, version: int | None, operation: Operation) -> CommitResult:
@@ -380,6 +391,7 @@ class OptimisticTransaction:
             raise self._state_error("Cannot change the metadata more than once in a transaction.")
         if metadatas and self.new_metadata is None:
             self.verify_new_metadata(metadatas[0])
+        metadatas = [with_materialized_column_names(m) for m in metadatas]
         protocols = [a for a in actions if isinstance(a, Protocol)]
         if self.new_protocol is not None and self.new_protocol not in protocols:
             protocols.append(self.new_protocol)
@@ -404,8 +416,10 @@ class OptimisticTransaction:
         # is written: a bad value must not fail a commit after its version landed.
         TableConfig(metadata.configuration, self.table).validate()
         check_writer_support(protocol, self.table, metadata)
-        self._check_file_actions(prepared, metadata)
+        check_file_actions(prepared, metadata, self.table)
         check_change_data(prepared, protocol, metadata, self.table, self.changes_from_files)
+        preserved = self.row_ids_preserved or self.changes_from_files
+        self.row_ids = prepare_row_tracking(prepared, self.snapshot, protocol, metadata, preserved)
         app_ids = [a.app_id for a in prepared if isinstance(a, SetTransaction)]
         if len(app_ids) != len(set(app_ids)):
             raise InvalidCommitError(
@@ -418,24 +432,6 @@ class OptimisticTransaction:
                 f"Table {self.table}: domainMetadata actions need the domainMetadata writer feature"
             )
         return prepared
-
-    def _check_file_actions(self, actions: Sequence[Action], metadata: Metadata) -> None:
-        columns = set(metadata.physical_partition_columns)
-        if TableConfig(metadata.configuration).append_only:
-            removing = [a.path for a in actions if isinstance(a, RemoveFile) and a.data_change]
-            if removing:
-                raise InvalidCommitError(
-                    f"Table {self.table} is append-only (delta.appendOnly=true): this commit "
-                    f"removes data files (e.g. {removing[0]}). Only appends are allowed; unset "
-                    "delta.appendOnly to delete or overwrite."
-                )
-        for a in actions:
-            if isinstance(a, AddFile) and set(a.partition_values) != columns:
-                raise InvalidCommitError(
-                    f"Table {self.table}: file {a.path} has partition values for "
-                    f"{sorted(a.partition_values)} but the table is partitioned by "
-                    f"{sorted(columns)}"
-                )
 
     @contextmanager
     def lock_commit_if_enabled(self) -> Iterator[None]:
@@ -506,6 +502,9 @@ class OptimisticTransaction:
         config = TableConfig(self.metadata.configuration)
         if config.in_commit_timestamps_enabled:
             commit_info.info["inCommitTimestamp"] = self._in_commit_timestamp(attempt_version)
+        if self.row_ids is not None:  # fresh row ids above the mark, as of this attempt
+            actions = self.row_ids.assign(actions, attempt_version)
+        self.committed_actions = actions
         data = serialize_actions([commit_info, *actions])
         path = self.location.log_file(filenames.delta_file(attempt_version))
         self.location.store.write(path, data, overwrite=False)
@@ -586,7 +585,11 @@ class OptimisticTransaction:
             read_app_ids=set(self.read_txn),
             metadata_changed=any(isinstance(a, Metadata) for a in actions),
             removed_files=array_from_pylist(removes, REMOVE_TYPE),
-            domains={a.domain for a in actions if isinstance(a, DomainMetadata)},
+            domains={
+                a.domain
+                for a in actions
+                if isinstance(a, DomainMetadata) and a.domain != ROW_TRACKING_DOMAIN
+            },
         )
 
     def check_for_conflicts(self, check_version: int, current: CurrentTransactionInfo) -> int:
@@ -609,6 +612,8 @@ class OptimisticTransaction:
                 log.info("Commit %s of %s is this transaction's own attempt", version, self.table)
                 return -version - 1
             ConflictChecker(current, winner).check_conflicts()
+            if self.row_ids is not None:
+                self.row_ids.observe(winner.batch.domains)
             self.conflicts_checked.append(version)
             log.info(
                 "Completed checking for conflicts Version: %s Attempt: %s Time: %s ms",
@@ -663,22 +668,6 @@ class OptimisticTransaction:
                 )
                 self.hook_results[hook.name] = f"failed: {exc}"
                 hook.handle_error(exc, version)
-
-
-def _check_names(names: list[str], column_mapping: bool, table: str) -> None:
-    lowered = [n.lower() for n in names]
-    duplicates = sorted({n for n in names if lowered.count(n.lower()) > 1})
-    if duplicates:
-        raise InvalidCommitError(
-            f"Table {table}: found duplicate column(s) in the schema: {', '.join(duplicates)}"
-        )
-    if not column_mapping:
-        bad = [n for n in names if _INVALID_NAME_CHARS & set(n)]
-        if bad:
-            raise InvalidCommitError(
-                f"Table {table}: column names {bad} contain invalid characters among "
-                "' ,;{}()\\n\\t='; rename them or enable column mapping."
-            )
 
 
 def start_transaction(

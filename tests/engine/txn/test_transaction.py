@@ -44,8 +44,10 @@ def test_features_in_configuration_upgrade_the_protocol(tmp_path) -> None:
 
 
 def test_unsupported_writer_features_are_refused(tmp_path) -> None:
-    with pytest.raises(DeltaProtocolError, match="rowTracking"):
-        new_table(tmp_path, **{"delta.enableRowTracking": "true"})
+    log = new_table(tmp_path)
+    protocol = Protocol(1, 7, None, ["appendOnly", "invariants", "icebergCompatV2"])
+    with pytest.raises(DeltaProtocolError, match="icebergCompatV2"):
+        log.start_transaction().commit([protocol], Operation("UPGRADE PROTOCOL"))
 
 
 def test_change_data_feed_tables_refuse_rewrites_without_cdc(tmp_path) -> None:
