@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench screenshots clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+# The UI screenshots in docs/img/, taken by the browser test (needs Debian's chromium).
+screenshots: $(STAMP)
+	AIRFLOW_DELTA_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q tests/airflow/real/test_browser_ui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache bench/.data
