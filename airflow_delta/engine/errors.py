@@ -145,3 +145,8 @@ class SchemaMismatchError(DeltaError, ValueError):
 
 class RestoreMissingFilesError(DeltaError):
     """RESTORE would re-add data files (or deletion vectors) that are gone from storage."""
+
+
+class IdentityColumnError(DeltaError, ValueError):
+    """A write gave values for a GENERATED ALWAYS identity column, or an update changed an
+    identity column's values (nothing written)."""

@@ -65,6 +65,7 @@ from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
 from airflow_delta.engine.errors import (
     DeltaError,
     DeltaProtocolError,
+    IdentityColumnError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
@@ -72,6 +73,8 @@ from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
+from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
+from airflow_delta.spark.constraints import check_no_explicit_identity
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import NUMERIC_ORDER, write_files
 
@@ -153,6 +156,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         target = scan_files(spark, snapshot, files)
         fields = target.schema.fields
         self._check_assignments([f.name for f in fields], self.source_df.columns)
+        self._column_rules = self._computed_columns(txn)
         source = self.source_df.withColumn(_SOURCE, F.lit(True))
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         inserting = [c for c in self.clauses if c.kind == NOT_MATCHED]
@@ -195,6 +199,44 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             adds = write_files(txn, output)
         num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
         return self._metrics(per_clause, touched, num_rows, adds, self.source_df.count())
+
+    def _computed_columns(self, txn: OptimisticTransaction) -> tuple[set[str], set[str], set[str]]:
+        """The table's identity and generated columns and the source's columns (lowercase);
+        IdentityColumnError for an insert giving a GENERATED ALWAYS identity column values, or
+        an update assigning an identity column."""
+        metadata = txn.metadata
+        identity = {c.name: c for c in identity_columns(metadata)}
+        source = {c.lower() for c in self.source_df.columns}
+        for clause in self.clauses:
+            given = set(clause.assignments or ()) & set(identity)
+            if clause.action == "insert":
+                star = {n for n in identity if n.lower() in source}
+                given = star if clause.assignments is None else given
+                check_no_explicit_identity(metadata, list(given), self.target_uri)
+            elif clause.action == "update" and given:
+                raise IdentityColumnError(
+                    f"MERGE into {self.target_uri}: identity column {sorted(given)[0]} cannot "
+                    "be updated; leave it out of the update clause."
+                )
+        return set(identity), set(generated_columns(metadata)), source
+
+    def _resolve(self, clause: MergeClause, column: str) -> str | None:
+        """As the engine's, but identity columns are kept on update and handed out on insert
+        (NULL: `write_files` fills them), and generated columns the clause does not give are
+        recomputed (NULL: `write_files` computes them)."""
+        sql = super()._resolve(clause, column)
+        rules = getattr(self, "_column_rules", None)
+        if rules is None or clause.action == "delete":
+            return sql
+        identity, generated, source = rules
+        if column in identity and clause.action == "update":
+            return None  # the target row keeps its value
+        computed = column in identity or column in generated
+        if computed and clause.assignments is None and column.lower() not in source:
+            return "NULL"
+        if sql is None and column in generated:
+            return "NULL"
+        return sql
 
     # -- the joins --------------------------------------------------------------------------
 

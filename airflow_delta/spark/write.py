@@ -20,7 +20,6 @@ import datetime as dt
 import functools
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,17 +44,23 @@ from airflow_delta.engine.commands.data_files import (
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
+    MetadataChangedException,
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
-from airflow_delta.engine.protocol.schema import (
-    delta_field_metadata,
-)
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
+from airflow_delta.spark.constraints import (
+    Constraint,
+    check_no_explicit_identity,
+    fill_generated_columns,
+    identity_high_water_marks,
+    referenced_columns,
+    table_constraints,
+)
 from airflow_delta.spark.read import physical_name, plain_type
 
 log = logging.getLogger(__name__)
@@ -77,17 +82,6 @@ _SAVE_MODES = {
 #: (its `stats` hold the violation as JSON): no task fails, so Spark logs no stack trace and
 #: retries nothing.
 _VIOLATION_PATH = "<<airflow-delta-violation>>"
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """A rule checked on every written row: a row for which `expression` (Spark SQL) is not
-    true fails the write. `message` opens the error, which then shows the row's `columns`."""
-
-    name: str
-    expression: str
-    message: str
-    columns: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- schema
@@ -209,71 +203,6 @@ def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) ->
             + df.schema.simpleString()
         )
     return df.select(*columns)
-
-
-# --------------------------------------------------------------------------- constraints
-
-_SQL_STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-_SQL_NAMES = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _referenced_columns(expression: str, names: Sequence[str]) -> tuple[str, ...]:
-    """The top-level columns an expression names (all of them when it names none)."""
-    by_lower = {n.lower(): n for n in names}
-    found: list[str] = []
-    for quoted, bare in _SQL_NAMES.findall(_SQL_STRINGS.sub("''", expression)):
-        name = by_lower.get((quoted.replace("``", "`") or bare).lower())
-        if name is not None and name not in found:
-            found.append(name)
-    return tuple(found) or tuple(names)
-
-
-def _invariants(fields: pa.StructType | pa.Schema, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(column path, expression) of every `delta.invariants` in a schema, nested ones too."""
-    for f in fields:
-        path = prefix + f.name
-        invariant = delta_field_metadata(f).get("delta.invariants")
-        if invariant:
-            yield path, json.loads(invariant)["expression"]["expression"]
-        if pa.types.is_struct(f.type):
-            yield from _invariants(f.type, path + ".")
-
-
-def table_constraints(metadata: Metadata) -> list[Constraint]:
-    """NOT NULL of the non-nullable top-level columns, invariants and CHECK constraints."""
-    schema = metadata.schema
-    names = schema.names
-    checks = [
-        Constraint(
-            f"NOT NULL({f.name})",
-            f"{quote_identifier(f.name)} IS NOT NULL",
-            f"NOT NULL constraint on column {f.name} ({quote_identifier(f.name)} IS NOT NULL)",
-            (f.name,),
-        )
-        for f in schema
-        if not f.nullable
-    ]
-    checks += [
-        Constraint(
-            f"EXPRESSION({expression})",
-            expression,
-            f"Invariant ({expression}) on column {path}",
-            _referenced_columns(expression, names),
-        )
-        for path, expression in _invariants(schema)
-    ]
-    prefix = "delta.constraints."
-    checks += [
-        Constraint(
-            key[len(prefix) :],
-            expression,
-            f"CHECK constraint {key[len(prefix) :]} ({expression})",
-            _referenced_columns(expression, names),
-        )
-        for key, expression in metadata.configuration.items()
-        if key.lower().startswith(prefix)
-    ]
-    return checks
 
 
 def _violation_column(checks: Sequence[Constraint]) -> Column:
@@ -434,8 +363,9 @@ def write_files(
             f"Table {txn.table} is partitioned by {list(columns)}, not by {list(partition_by)}"
         )
     schema_json = json.loads(metadata.schema_string or "{}")
-    data = normalize_data(df, schema_json, txn.table)
-    checks = (*table_constraints(metadata), *constraints)
+    given = normalize_data(df, schema_json, txn.table)
+    data, generated = fill_generated_columns(given, metadata, txn.table)
+    checks = (*table_constraints(metadata), *generated, *constraints)
     if checks:
         data = data.withColumn(_VIOLATION_COLUMN, _violation_column(checks))
     types = {f["name"]: f["type"] for f in schema_json["fields"]}
@@ -451,7 +381,15 @@ def write_files(
         data = _to_physical(data, schema_json, txn.table)
     plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
     task = functools.partial(_write_task, plan, checks, physical_names)
-    return add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL), txn)])
+    adds = add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL), txn)])
+
+    def handed_out(column: str) -> int:
+        return given.where(F.col(quote_identifier(column)).isNull()).count()
+
+    txn.identity_high_water_marks.update(
+        identity_high_water_marks(metadata, adds, handed_out, txn.table)
+    )
+    return adds
 
 
 # --------------------------------------------------------------------------- write_delta
@@ -571,7 +509,64 @@ def write_delta(
     Returns the commit's `CommitResult` (version None when skipped).
     """
     save_mode = _save_mode(mode, replace_where, partition_overwrite_mode, overwrite_schema)
-    txn = _open_transaction(table, commit_properties, storage_options)
+    options = WriteOptions(
+        mode, save_mode, partition_by, replace_where, partition_overwrite_mode, merge_schema,
+        overwrite_schema, configuration, target_file_size, storage_options,
+    )  # fmt: skip
+    for rerun in range(IDENTITY_RERUNS + 1):
+        txn = _open_transaction(table, commit_properties, storage_options)
+        try:
+            return _write_once(txn, df, options)
+        except MetadataChangedException:
+            # identity values handed out against a mark a concurrent insert moved: write again
+            if isinstance(table, OptimisticTransaction) or not txn.identity_high_water_marks:
+                raise
+            if rerun == IDENTITY_RERUNS:
+                raise
+            _remove_written(txn)
+            log.info(
+                "Identity insert into %s lost to a concurrent one: writing it again", txn.table
+            )
+    raise AssertionError("unreachable")
+
+
+#: How often write_delta writes an identity insert again after a concurrent one won.
+IDENTITY_RERUNS = 10
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """write_delta's options, as one write attempt takes them."""
+
+    mode: str
+    save_mode: str
+    partition_by: Sequence[str] | None
+    replace_where: str | None
+    partition_overwrite_mode: str
+    merge_schema: bool
+    overwrite_schema: bool
+    configuration: Mapping[str, str] | None
+    target_file_size: int
+    storage_options: Mapping[str, Any] | None
+
+
+def _remove_written(txn: OptimisticTransaction) -> None:
+    """Delete the data files of a write whose commit failed (never committed)."""
+    location = txn.location
+    paths = [a.path for a in txn.committed_actions if isinstance(a, AddFile)]
+    location.store.delete_many(
+        [location.store.file_path(location.root, p, table=txn.table, version=-1) for p in paths]
+    )
+
+
+def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions) -> CommitResult:
+    """One attempt of write_delta on `txn`."""
+    (mode, save_mode, partition_by, replace_where, partition_overwrite_mode, merge_schema) = (
+        options.mode, options.save_mode, options.partition_by, options.replace_where,
+        options.partition_overwrite_mode, options.merge_schema,
+    )  # fmt: skip
+    overwrite_schema, configuration = options.overwrite_schema, options.configuration
+    target_file_size, storage_options = options.target_file_size, options.storage_options
     skip = Operation("WRITE", {"mode": save_mode})
     if txn.already_committed():
         return txn.result(None, skip)
@@ -582,6 +577,7 @@ def write_delta(
     if txn.read_version >= 0 and save_mode == "Ignore":
         return txn.result(None, skip)
     _prepare_metadata(txn, df, partition_by, overwrite_schema, merge_schema, configuration)
+    check_no_explicit_identity(txn.metadata, df.columns, txn.table)
     columns = list(txn.metadata.partition_columns)
     dynamic = partition_overwrite_mode == "dynamic" and bool(columns)
     overwrite = save_mode == "Overwrite"
@@ -665,7 +661,7 @@ def _replace_where_constraints(
             replace_where,
             "Written data does not conform to partial table overwrite condition or "
             f"constraint '{replace_where}'.\nCHECK replaceWhere ({replace_where})",
-            _referenced_columns(replace_where, names),
+            referenced_columns(replace_where, names),
         )
     ]
 

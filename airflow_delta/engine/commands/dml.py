@@ -37,6 +37,7 @@ import functools
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,7 @@ from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorWriter
 from airflow_delta.engine.errors import (
     CorruptLogError,
+    IdentityColumnError,
     InvalidPredicateError,
     TableNotFoundError,
     UnsupportedCommandError,
@@ -73,6 +75,7 @@ from airflow_delta.engine.protocol.features import (
     check_writer_support,
     writer_features,
 )
+from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.protocol.schema import delta_field_metadata
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
@@ -516,6 +519,28 @@ def _rows_updated(
     return ChangeRows(output, pa.concat_tables([before, after]))
 
 
+def _check_computed_columns(plan: _Plan, assigned: set[str]) -> None:
+    """Refuse an UPDATE that sets an identity column (Delta refuses it), or that sets a
+    generated column or a column one's expression names: the in-process UPDATE does not
+    evaluate generation expressions (a MERGE on Spark recomputes them)."""
+    metadata, table = plan.txn.metadata, plan.txn.table
+    for column in identity_columns(metadata):
+        if column.name in assigned:
+            raise IdentityColumnError(
+                f"UPDATE of {table}: identity column {column.name} cannot be updated."
+            )
+    for name, expression in generated_columns(metadata).items():
+        words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)}
+        touched = sorted(c for c in assigned if c == name or c.lower() in words)
+        if touched:
+            raise UnsupportedCommandError(
+                f"UPDATE of {table}: it sets {', '.join(touched)}, and generated column {name} "
+                f"is computed from it ({expression}); the in-process UPDATE does not evaluate "
+                "generation expressions. Run the change as a MERGE on Spark (merge_delta), "
+                "which recomputes it."
+            )
+
+
 def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
     """A function (rows, mask) -> the rows with the assignments applied where `mask` holds
     (every row without a mask); ValueError for an unknown column, UnsupportedCommandError for
@@ -543,6 +568,7 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
                 f"literals and conditions, not {sql!r} ({exc}); run it on Spark."
             ) from None
         parsed[column] = (expr, list(used))
+    _check_computed_columns(plan, set(parsed))
 
     def assign(data: pa.Table, mask: npt.NDArray[np.bool_] | None) -> pa.Table:
         columns = []

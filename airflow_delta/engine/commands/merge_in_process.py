@@ -385,6 +385,8 @@ class ArrowMergeBuilder(MergeBuilder):
             extra = delta_field_metadata(f)
             if "delta.invariants" in extra or "delta.typeChanges" in extra:
                 problems.append(f"column {f.name} (invariants or type changes)")
+            if "delta.generationExpression" in extra or "delta.identity.start" in extra:
+                problems.append(f"column {f.name} (generated or identity column)")
             if pa.types.is_null(f.type) or _nested(f.type):
                 problems.append(f"column {f.name} ({f.type})")
         if problems:

@@ -126,6 +126,8 @@ WRITER_FEATURES = frozenset(
         "columnMapping",
         "changeDataFeed",
         "rowTracking",
+        "identityColumns",
+        "generatedColumns",
     }
 )
 

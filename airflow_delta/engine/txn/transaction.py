@@ -60,6 +60,7 @@ from airflow_delta.engine.protocol.features import (
     required_protocol,
     writer_features,
 )
+from airflow_delta.engine.protocol.identity import identity_marks, with_identity_high_water_marks
 from airflow_delta.engine.protocol.schema import column_mapping_problems
 from airflow_delta.engine.txn.commit_checks import check_file_actions, check_names
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
@@ -128,6 +129,9 @@ class OptimisticTransaction:
         self.row_ids_preserved = False  # a rewrite that kept its rows' row ids (materialized)
         self.row_ids: RowIdAssigner | None = None  # set by prepare_commit on row-tracking tables
         self.committed_actions: list[Action] = []
+        #: identity column -> the last value this transaction's rows hold (committed as the
+        #: column's delta.identity.highWaterMark in the commit's metadata)
+        self.identity_high_water_marks: dict[str, int] = {}
         self.committed = False
         self.post_commit_hooks: list[PostCommitHook] = []
         self.attempts = 0
@@ -392,6 +396,7 @@ class OptimisticTransaction:
         if metadatas and self.new_metadata is None:
             self.verify_new_metadata(metadatas[0])
         metadatas = [with_materialized_column_names(m) for m in metadatas]
+        metadatas = self._with_identity_marks(metadatas)
         protocols = [a for a in actions if isinstance(a, Protocol)]
         if self.new_protocol is not None and self.new_protocol not in protocols:
             protocols.append(self.new_protocol)
@@ -432,6 +437,17 @@ class OptimisticTransaction:
                 f"Table {self.table}: domainMetadata actions need the domainMetadata writer feature"
             )
         return prepared
+
+    def _with_identity_marks(self, metadatas: list[Metadata]) -> list[Metadata]:
+        """The commit's metadata carrying the identity high-water marks: those this
+        transaction handed out (a metadata action is added for them), and never behind the
+        read snapshot's (a RESTORE or schema overwrite must not hand values out twice)."""
+        if not metadatas and not self.identity_high_water_marks:
+            return metadatas
+        marks = {} if self.read_version < 0 else identity_marks(self.snapshot.metadata)
+        marks.update(self.identity_high_water_marks)
+        new = metadatas[0] if metadatas else self.snapshot.metadata
+        return [with_identity_high_water_marks(new, marks)]
 
     @contextmanager
     def lock_commit_if_enabled(self) -> Iterator[None]:

@@ -1,0 +1,182 @@
+"""Identity and generated columns, and row tracking, on the Spark writers (write_delta and
+MERGE): values handed out and computed on write, checks, refusals, the concurrent identity
+insert that loses and writes again; golden tables appended to and merged into, read back by
+deltalake and DuckDB's delta extension."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.errors import (
+    ConstraintViolationError,
+    DeltaProtocolError,
+    IdentityColumnError,
+)
+from airflow_delta.engine.protocol.identity import identity_columns
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
+from airflow_delta.spark.merge import merge_delta
+from airflow_delta.spark.write import write_delta
+from tests.interop.test_duckdb import _connect
+
+GOLDEN = Path("/work/shared/golden/tables")
+
+
+def golden(name: str, tmp_path: Path) -> str:
+    target = tmp_path / name
+    shutil.copytree(GOLDEN / name, target)
+    return str(target)
+
+
+def rows_of(uri: str, *columns: str) -> list[tuple[Any, ...]]:
+    """The table's rows as DuckDB's delta extension reads them, sorted."""
+    names = ", ".join(columns)
+    got = _connect().execute(f"SELECT {names} FROM delta_scan('{uri}')").fetchall()
+    return sorted(got)
+
+
+def deltalake_rows(uri: str, *columns: str) -> list[tuple[Any, ...]]:
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(DeltaTable(uri).file_uris()).to_table(columns=list(columns))
+    return sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+def marks(uri: str) -> dict[str, int | None]:
+    return {
+        c.name: c.high_water_mark
+        for c in identity_columns(DeltaLog.for_table(uri).update().metadata)
+    }
+
+
+# -- generated columns --------------------------------------------------------------------------
+
+
+def test_generated_columns_are_computed_and_checked(spark: SparkSession, tmp_path) -> None:
+    uri = golden("delta__spark__dbr_8_1_generated_columns", tmp_path)  # c2 = c1 + 1
+    write_delta(spark.createDataFrame([(1,), (5,)], "c1 int"), uri)
+    write_delta(spark.createDataFrame([(7, 8), (9, None)], "c1 int, c2 int"), uri)
+    with pytest.raises(ConstraintViolationError, match=r"(?s)generated column c2.*c2 : 3") as err:
+        write_delta(spark.createDataFrame([(1, 3)], "c1 int, c2 int"), uri)
+    assert uri in str(err.value)
+    expected = [(1, 2), (5, 6), (7, 8), (9, 10)]
+    assert rows_of(uri, "c1", "c2") == expected
+    assert deltalake_rows(uri, "c1", "c2") == expected
+    assert DeltaLog.for_table(uri).update().version == 2  # the failed write committed nothing
+
+
+def test_merge_recomputes_generated_columns(spark: SparkSession, tmp_path) -> None:
+    uri = golden("delta__spark__dbr_8_1_generated_columns", tmp_path)
+    write_delta(spark.createDataFrame([(1,), (2,)], "c1 int"), uri)
+    source = spark.createDataFrame([(2, "x"), (3, "y")], "c1 int, tag string")
+    (
+        merge_delta(uri, source, "t.c1 = s.c1")
+        .when_matched_update({"c1": "s.c1 * 10"})
+        .when_not_matched_insert({"c1": "s.c1"})
+        .execute()
+    )
+    assert rows_of(uri, "c1", "c2") == [(1, 2), (3, 4), (20, 21)]
+
+
+def test_unparseable_generation_expressions_are_refused(spark: SparkSession, tmp_path) -> None:
+    uri = golden("delta__spark__dbr_8_1_generated_columns", tmp_path)
+    log_file = Path(uri) / "_delta_log" / "00000000000000000000.json"
+    log_file.write_text(log_file.read_text().replace("c1 + 1", "no_such_fn(c1)"))
+    with pytest.raises(DeltaProtocolError, match=r"generation expression of column c2"):
+        write_delta(spark.createDataFrame([(1,)], "c1 int"), uri)
+
+
+# -- identity columns --------------------------------------------------------------------------
+
+
+def test_identity_by_default_fills_missing_and_null_values(spark: SparkSession, tmp_path) -> None:
+    uri = golden("delta__spark__identity_test_written_by_version_5", tmp_path)  # hwm 4
+    write_delta(spark.createDataFrame([(5, "five"), (6, "six")], "part int, value string"), uri)
+    assert marks(uri) == {"id": 6}
+    given = spark.createDataFrame(
+        [(100, 7, "explicit"), (None, 8, "null")], "id long, part int, value string"
+    )
+    write_delta(given, uri)
+    got = rows_of(uri, "id", "value")
+    assert [r for r in got if r[1] in ("five", "six", "explicit", "null")] == [
+        (5, "five"),
+        (6, "six"),
+        (7, "null"),
+        (100, "explicit"),
+    ]
+    assert marks(uri) == {"id": 100}  # BY DEFAULT: an explicit value beyond the mark moves it
+    ids = [r[0] for r in deltalake_rows(uri, "id")]
+    assert len(ids) == len(set(ids)) == 7
+
+
+def test_identity_generated_always_refuses_values_and_merges(spark: SparkSession, tmp_path) -> None:
+    uri = golden("delta-rs__checkpoint-v2-table", tmp_path)  # GENERATED ALWAYS, hwm 44
+    assert marks(uri) == {"id": 44}
+    with pytest.raises(IdentityColumnError, match=r"GENERATED ALWAYS AS IDENTITY column id"):
+        write_delta(spark.createDataFrame([(1, "x")], "id long, name string"), uri)
+    write_delta(spark.createDataFrame([("a",), ("b",)], "name string"), uri)
+    assert marks(uri) == {"id": 46}
+    source = spark.createDataFrame([("a", "A"), ("zz", "Z")], "name string, up string")
+    (
+        merge_delta(uri, source, "t.name = s.name")
+        .when_matched_update({"name": "s.up"})
+        .when_not_matched_insert({"name": "s.name"})
+        .execute()
+    )
+    assert marks(uri) == {"id": 47}
+    got = deltalake_rows(uri, "id", "name")
+    assert [r for r in got if r[1] in ("A", "b", "zz")] == [(45, "A"), (46, "b"), (47, "zz")]
+    ids = [r[0] for r in got]
+    assert len(ids) == len(set(ids)) == 47
+    with pytest.raises(IdentityColumnError, match="cannot be updated"):
+        merge_delta(uri, source, "t.name = s.name").when_matched_update({"id": "1"}).execute()
+
+
+def test_concurrent_identity_inserts_both_land_with_distinct_values(
+    spark: SparkSession, tmp_path, monkeypatch
+) -> None:
+    uri = golden("delta__spark__identity_test_written_by_version_5", tmp_path)
+    original = OptimisticTransaction.commit
+    raced: list[int] = []
+
+    def commit(self: OptimisticTransaction, actions: Any, operation: Any) -> Any:
+        if not raced:  # the first writer is overtaken by a second right before it commits
+            raced.append(1)
+            write_delta(spark.createDataFrame([(2, "winner")], "part int, value string"), uri)
+        return original(self, actions, operation)
+
+    monkeypatch.setattr(OptimisticTransaction, "commit", commit)
+    result = write_delta(spark.createDataFrame([(1, "loser")], "part int, value string"), uri)
+    assert result.version == 2  # written again after the winner's version 1
+    got = dict((v, i) for i, v in rows_of(uri, "id", "value"))
+    assert (got["winner"], got["loser"]) == (5, 6)
+    assert marks(uri) == {"id": 6}
+    assert len(list((Path(uri) / "_delta_log").glob("*.json"))) == 3
+    on_disk = {p.name for p in Path(uri).glob("*.parquet")}
+    assert len(on_disk) == 4  # the golden two, the winner's, the loser's second: none orphaned
+
+
+# -- row tracking ------------------------------------------------------------------------------
+
+
+def test_row_tracking_on_spark_writes(spark: SparkSession, tmp_path) -> None:
+    uri = str(tmp_path / "rt")
+    conf = {"delta.enableRowTracking": "true"}
+    write_delta(spark.range(3).selectExpr("id", "'a' AS v"), uri, configuration=conf)
+    write_delta(spark.range(2).selectExpr("id + 10 AS id", "'b' AS v"), uri)
+    files = DeltaLog.for_table(uri).update().all_files()
+    ranges = sorted((f.base_row_id, f.num_records, f.default_row_commit_version) for f in files)
+    starts = [r[0] for r in ranges]
+    assert starts[0] == 0 and all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert {r[2] for r in ranges} == {0, 1}
+    assert len(deltalake_rows(uri, "id")) == len(rows_of(uri, "id")) == 5
+    source = spark.createDataFrame([(1, "x")], "id long, v string")
+    with pytest.raises(DeltaProtocolError, match=r"row tracking enabled.*preserving"):
+        merge_delta(uri, source, "t.id = s.id").when_matched_update_all().execute()
