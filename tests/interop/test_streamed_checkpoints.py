@@ -143,20 +143,24 @@ def test_golden_checkpoints_stream_into_the_same_snapshot(name: str, tmp_path: P
     snapshot = delta_log.update()
     assert snapshot.log_segment.checkpoint_version is not None
     want = engine_state(DeltaLog.for_table(str(copy)).update())
+    pattern = f"{snapshot.version:020d}.checkpoint.*"
+    before = {f.name for f in (copy / "_delta_log").glob(pattern)}
     result = delta_log.checkpoint(snapshot)
     assert result.num_of_add_files == len(want["files"])
-    written = pq.ParquetFile(copy / "_delta_log" / f"{snapshot.version:020d}.checkpoint.parquet")
+    (ours,) = {f.name for f in (copy / "_delta_log").glob(pattern)} - before
+    v2 = "v2Checkpoint" in (snapshot.protocol.writer_features or [])
+    classic = f"{snapshot.version:020d}.checkpoint.parquet"
+    assert (ours != classic) == v2  # a v2Checkpoint table gets a v2 (UUID-named) checkpoint
+    written = pq.ParquetFile(copy / "_delta_log" / ours)
     assert written.metadata.num_rows == result.num_actions
     assert written.metadata.num_row_groups > 1  # streamed, 3 rows of the old one at a time
 
     # keep only our checkpoint of this version, then read it back
-    for f in (copy / "_delta_log").glob(f"{snapshot.version:020d}.checkpoint.*"):
-        if not f.name.endswith(".checkpoint.parquet"):
+    for f in (copy / "_delta_log").glob(pattern):
+        if f.name != ours:
             f.unlink()
     reread = DeltaLog.for_table(str(copy)).update()
-    assert [f.name for f in reread.log_segment.checkpoint_files] == [
-        f"{snapshot.version:020d}.checkpoint.parquet"
-    ]
+    assert [f.name for f in reread.log_segment.checkpoint_files] == [ours]
     assert engine_state(reread) == want
 
 
