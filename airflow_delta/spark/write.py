@@ -188,7 +188,12 @@ def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) ->
             columns.append(F.col(quote_identifier(source.name)).alias(f.name))
         else:
             columns.append(F.col(quote_identifier(source.name)).cast(f.dataType).alias(f.name))
-    missing = [f.name for f in target.fields if f.name.lower() not in given and f.nullable]
+    computed = ("delta.generationExpression", "delta.identity.start")  # filled after this
+    missing = [
+        f.name
+        for f in target.fields
+        if f.name.lower() not in given and f.nullable and not set(computed) & set(f.metadata)
+    ]
     if missing and not problems:
         log.warning(
             "Writing to table %s: the DataFrame has no column %s; written as NULL.",

@@ -650,10 +650,14 @@ def test_executors_write_to_s3(spark: SparkSession, s3_bucket: tuple[str, dict[s
 def test_a_missing_nullable_column_is_written_as_null_with_a_warning(
     spark: SparkSession, table: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    DeltaLog.create_table(table, pa.schema([("id", pa.int64()), ("note", pa.string())]))
+    generated = {DELTA_METADATA_KEY: json.dumps({"delta.generationExpression": "id * 2"}).encode()}
+    twice = pa.field("twice", pa.int64(), metadata=generated)
+    schema = pa.schema([("id", pa.int64()), ("note", pa.string()), twice])
+    DeltaLog.create_table(table, schema)
     with caplog.at_level("WARNING", logger="airflow_delta.spark.write"):
         write_delta(spark.createDataFrame([(1,)], "id long"), table)
+    # a generated (or identity) column is computed, not written as NULL: no warning for it
     assert f"Writing to table {table}: the DataFrame has no column note; written as NULL" in (
         caplog.text
     )
-    assert engine_rows(table) == [{"id": 1, "note": None}]
+    assert engine_rows(table) == [{"id": 1, "note": None, "twice": 2}]

@@ -142,7 +142,12 @@ def prepare_row_tracking(
     `check_row_tracking`); the RowIdAssigner of a table that tracks row ids, else None."""
     table = snapshot.location.uri
     exists = snapshot.version >= 0
-    starts = exists and not row_tracking_supported(snapshot.protocol)
+    # only a commit that turns row tracking on needs the (costly) count of the active files
+    starts = (
+        exists
+        and row_tracking_supported(protocol)
+        and not row_tracking_supported(snapshot.protocol)
+    )
     check_row_tracking(
         actions,
         protocol,

@@ -151,3 +151,23 @@ def test_golden_row_tracking_table_replays_its_mark(tmp_path) -> None:
     snap = log.update()
     assert sorted(f.base_row_id for f in snap.all_files()) == list(range(10))
     assert high_water_mark(snap.domain_metadata) == 9
+
+
+def test_a_blind_append_without_row_tracking_never_lists_the_files(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a commit that turns row tracking on counts the table's files: a blind append to a
+    100k-file table stays a 2 ms commit (B2), not a read of the checkpoint's file actions."""
+    from airflow_delta.engine.log.snapshot import Snapshot
+
+    log = new_table(tmp_path / "t", partitioned=False)
+    log.start_transaction().commit([add(None)], APPEND)
+    log.checkpoint()
+
+    def listed(*args, **kwargs):
+        raise AssertionError("the commit listed the table's files")
+
+    monkeypatch.setattr(Snapshot, "files", listed)
+    assert (
+        DeltaLog.for_table(str(tmp_path / "t")).start_transaction().commit([add(None)], APPEND) == 2
+    )
