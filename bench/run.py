@@ -44,6 +44,10 @@ BENCHMARKS: dict[str, str] = {
     "B9": "b9_scale",
     "B10": "b10_skipping",
     "B11": "b11_dag_parse",
+    "B12": "b12_optimize",
+    "B13": "b13_delete",
+    "B14": "b14_restore",
+    "B15": "b15_cdf_merge",
 }
 
 RESULTS = Path(__file__).resolve().parent / "results.json"

@@ -410,3 +410,37 @@ def write_log_commit(log_dir: Path, version: int, actions: list[dict]) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
     (log_dir / f"{version:020d}.json").write_text(text)
+
+
+# -- tables the table-command benchmarks change (B12-B15) ---------------------------------------
+
+
+def work_copy(src: Path, name: str) -> Path:
+    """A private, fsynced copy of the table at `src` under `bench/.data/work/<name>`."""
+    dst = WORK_DIR / name
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, dst)
+    _sync_tree(dst)
+    return dst
+
+
+def run_on_copies(
+    result, module: str, src: Path, reps: int, metric: str, check, systems=None
+) -> None:
+    """Alternating repetitions of `module`'s children (`systems`, default ours and
+    deltalake), each on a fresh copy of `src` (the copy is not timed); `check(system,
+    sample)` validates each sample."""
+    from bench.common import SYSTEMS, record, run_child
+
+    systems = tuple(systems or SYSTEMS)
+    for rep in range(reps):
+        for system in systems if rep % 2 == 0 else systems[::-1]:
+            copy = work_copy(src, f"{module}-{system}")
+            try:
+                sample = run_child(module, system, copy, timeout=600)
+            finally:
+                drop_copy(copy)
+            check(system, sample)
+            record(result, system, sample, {"total": metric})

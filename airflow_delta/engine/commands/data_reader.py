@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorReader
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
 from airflow_delta.engine.log.snapshot import Snapshot
+from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.actions import Metadata, Protocol
 from airflow_delta.engine.protocol.features import reader_features
 from airflow_delta.engine.protocol.schema import delta_field_metadata, parse_partition_value
@@ -463,7 +464,7 @@ class FileReader:
             if name in layout.partition_keys:
                 raw = given.get(layout.partition_keys[name].lower())
                 value = parse_partition_value(raw, layout.delta_types[name])
-                arrays.append(repeat_scalar(pa.scalar(value, field.type), read.num_rows))
+                arrays.append(repeat_scalar(_scalar(value, field.type), read.num_rows))
             elif found[name] is None:
                 arrays.append(pa.nulls(read.num_rows, field.type))
             else:
@@ -490,8 +491,8 @@ def _shredded_variant(t: pa.DataType) -> bool:
 
 
 def repeat_scalar(value: pa.Scalar, rows: int) -> pa.Array:
-    """`value` repeated `rows` times (vectorised)."""
-    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
+    """`value` repeated `rows` times (vectorised, no Python value: no pandas shim)."""
+    return pa.repeat(value, rows)
 
 
 def _as_type(column: ArrowColumn, field: pa.Field, path: str) -> ArrowColumn:
@@ -508,3 +509,10 @@ def _as_type(column: ArrowColumn, field: pa.Field, path: str) -> ArrowColumn:
             f"data file {path}: cannot read column {field.name} ({column.type}) as "
             f"{field.type}: {exc}"
         ) from None
+
+
+def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
+    """A partition value as a scalar of its column's type; strings, integers and booleans
+    without pyarrow's pandas shim (`pa.scalar` of a Python value imports pandas: 0.3 s)."""
+    plain = pa.types.is_string(type_) or pa.types.is_integer(type_) or pa.types.is_boolean(type_)
+    return columnar.scalar(value, type_) if plain else pa.scalar(value, type_)

@@ -56,6 +56,7 @@ from airflow_delta.engine.expressions.predicates import parse_predicates
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
+from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
@@ -128,8 +129,9 @@ def optimize(
         return plan
     bins = _bins(plan)
     chosen = sorted(i for b in bins for i in b.files)
-    removed = add_files_from_arrow(plan.files.take(pa.array(chosen, pa.int64())))
-    plan.txn.track_files_read(plan.files.take(pa.array(chosen, pa.int64())))
+    chosen_files = plan.files.take(int_array(np.asarray(chosen, dtype=np.int64)))
+    removed = add_files_from_arrow(chosen_files)
+    plan.txn.track_files_read(chosen_files)
     reader = FileReader(plan.txn, plan.schema)
     tasks = [functools.partial(_bin_rows, plan, reader, b) for b in bins]
     not_null = [f.name for f in plan.txn.metadata.schema if not f.nullable]
@@ -278,8 +280,9 @@ def _considered(txn: OptimisticTransaction, partition_filter: str | None) -> pa.
 def _bins(plan: _Plan) -> list[_Bin]:
     """The bins to rewrite, per partition (delta-spark's groupFilesIntoBins)."""
     files = plan.files
-    sizes = pc.struct_field(files, "size").to_numpy(zero_copy_only=False)
-    has_dv = pc.is_valid(pc.struct_field(files, "deletionVector")).to_numpy(zero_copy_only=False)
+    # numpy views, not to_numpy(): that would import pandas (0.3 s) through pyarrow's shim
+    sizes = int_values(pc.struct_field(files, "size"))
+    has_dv = bool_values(pc.is_valid(pc.struct_field(files, "deletionVector")))
     values = pc.struct_field(files, "partitionValues").to_pylist()
     by_partition: dict[tuple[tuple[str, str | None], ...], list[int]] = {}
     for i in range(len(files)):
@@ -304,10 +307,11 @@ def _bins(plan: _Plan) -> list[_Bin]:
 
 def _bin_rows(plan: _Plan, reader: FileReader, b: _Bin) -> pa.Table:
     """The live rows of a bin's files, in file order, or sorted by z-value when Z-ordering."""
-    rows = reader.read(plan.files.take(pa.array(b.files, pa.int64())), plan.schema.names)
+    chosen = plan.files.take(int_array(np.asarray(b.files, dtype=np.int64)))
+    rows = reader.read(chosen, plan.schema.names)
     if plan.zorder_by and rows.num_rows > 1:
         z = z_values([rows.column(c) for c in plan.zorder_by])
-        rows = rows.take(pa.array(np.argsort(z, kind="stable")))
+        rows = rows.take(int_array(np.argsort(z, kind="stable").astype(np.int64)))
     return rows
 
 
