@@ -19,7 +19,11 @@
    source rows (MultipleSourceRowMatchingTargetRowInMergeError);
 3. writeAllChanges: the rows of the touched files, updated, deleted or copied per clause, and
    the inserted source rows are written by `write_files`; the touched files are removed and
-   every other file stays;
+   every other file stays. On a change-data-feed table (unless the MERGE only inserts), each
+   output row also carries its change (`insert`, `update_postimage`, `delete`, NULL for a copy;
+   an updated row adds its `update_preimage`), and `write_change_files` writes the
+   `_change_data` files beside the data files in the same tasks (`cdc` actions,
+   numTargetChangeFilesAdded);
 4. commit as operation MERGE with Delta's parameters and metrics; `execute()` returns the
    commit's `CommitResult` (the version, with the metrics in `result.metrics`).
 
@@ -53,6 +57,7 @@ from pyspark.sql import types as T
 from pyspark.sql.types import StructField
 
 from airflow_delta.engine import CommitProperties, DeltaLog, OptimisticTransaction
+from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -64,19 +69,18 @@ from airflow_delta.engine.commands.merge import (
 from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
 from airflow_delta.engine.errors import (
     DeltaError,
-    DeltaProtocolError,
     IdentityColumnError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.action_types import stats_num_records
-from airflow_delta.engine.protocol.actions import Action
+from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.spark.constraints import check_no_explicit_identity
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
-from airflow_delta.spark.write import NUMERIC_ORDER, write_files
+from airflow_delta.spark.write import NUMERIC_ORDER, write_change_files, write_files
 
 __all__ = [
     "DeltaMergeBuilder",
@@ -92,6 +96,9 @@ _ROW = "__delta_merge_row_id"
 _SOURCE = "__delta_merge_source_row"
 _ACTION = "__delta_merge_clause"
 _TARGET = "__delta_merge_target_row"
+_BEFORE = "__delta_merge_preimage"
+#: The change a row of each clause action records on a change-data-feed table.
+_CHANGE_TYPES = {"insert": "insert", "update": "update_postimage", "delete": "delete"}
 
 
 class DeltaMergeBuilder(ArrowMergeBuilder):
@@ -105,6 +112,9 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
 
     Example: `merge_delta(uri, df, "t.id = s.id").when_matched_delete("s.gone").execute()`.
     """
+
+    #: Whether the Spark executor's output rows carry their changes (a change-data-feed table).
+    _changes = False
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         if not isinstance(self.source_df, DataFrame):
@@ -170,14 +180,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 source, self._identified_rows(spark, snapshot, files), modifying
             )
         touched = files.filter(pc.is_in(files.field("path"), pa.array(paths, pa.string())))
-        if len(touched) and change_data_feed_enabled(txn.protocol, txn.metadata):
-            raise DeltaProtocolError(
-                f"MERGE into {self.target_uri}: the table has the change data feed enabled "
-                "(delta.enableChangeDataFeed=true, feature changeDataFeed), and the Spark MERGE "
-                "does not write change data files yet. Give the MERGE an Arrow source (or a "
-                "source small enough to run in process, see IN_PROCESS_SOURCE_BYTES): the "
-                "in-process MERGE writes them; or run this MERGE with delta-spark."
-            )
+        # change data files unless the MERGE only inserts (readers take its adds as inserts)
+        self._changes = bool(len(touched)) and change_data_feed_enabled(txn.protocol, txn.metadata)
         outputs = []
         if modifying and inserting and not duplicates and not untouched_matches:
             # every source row matching a candidate row matched one of the touched files: one
@@ -193,12 +197,19 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
             if inserting:
                 outputs.append(self._insert(source, target, fields, inserting))
-        adds = []
+        adds: list[AddFile] = []
+        cdcs: list[AddCDCFile] = []
         if outputs:
             output = outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
-            adds = write_files(txn, output)
+            if self._changes:
+                adds, cdcs = write_change_files(txn, output)
+            else:
+                adds = write_files(txn, output)
         num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
-        return self._metrics(per_clause, touched, num_rows, adds, self.source_df.count())
+        actions, metrics = self._metrics(
+            per_clause, touched, num_rows, adds, self.source_df.count()
+        )
+        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
 
     def _computed_columns(self, txn: OptimisticTransaction) -> tuple[set[str], set[str], set[str]]:
         """The table's identity and generated columns and the source's columns (lowercase);
@@ -289,8 +300,9 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         clauses: list[MergeClause],
     ) -> tuple[list[str], list[int], bool, bool]:
         """The touched files, the target rows each clause modifies, whether a touched file
-        holds a row matched by several source rows that no clause modifies (copied once), and
-        whether an untouched file holds a row some source row matched.
+        holds a row matched by several source rows that no clause modifies (copied once) or
+        that an unconditional DELETE deletes (recorded as one change), and whether an
+        untouched file holds a row some source row matched.
 
         Raises MultipleSourceRowMatchingTargetRowInMergeError when a modified target row
         matched several source rows (unless the only MATCHED clause is an unconditional
@@ -346,7 +358,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         return (
             [log_path(r[_FILE]) for r in per_file],
             counts,
-            any(r["copies"] for r in per_file),
+            any(r["copies"] for r in per_file) or conflicts > 0,
             untouched_matches,
         )
 
@@ -362,17 +374,11 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         rows = self._join(source, target, "right")
         rows = rows.withColumn(_ACTION, _first_clause(clauses, F.col(_SOURCE).isNotNull()))
         deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
-        if deleting:
+        if deleting and not self._changes:  # with changes: written as `delete` changes
             rows = rows.where(F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting))
-        if deduplicate:  # copies of one target row that several source rows matched
+        if deduplicate:  # copies (or deletes) of one target row several source rows matched
             rows = rows.dropDuplicates([_FILE, _ROW])
-        alias = quote_identifier(self.target_alias)
-        return rows.select(
-            *(
-                self._output(f, clauses, F.col(f"{alias}.{quote_identifier(f.name)}"))
-                for f in fields
-            )
-        )
+        return self._outputs(rows, fields, clauses, target=True)
 
     def _rewrite_all(
         self,
@@ -388,14 +394,10 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         rows = rows.withColumn(_ACTION, _first_clause(clauses, in_source, in_target))
         deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
         kept = in_target & (F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting or [-1]))
+        if self._changes:  # deleted rows written as `delete` changes
+            kept = in_target
         rows = rows.where(kept | (~in_target & F.col(_ACTION).isNotNull()))
-        alias = quote_identifier(self.target_alias)
-        return rows.select(
-            *(
-                self._output(f, clauses, F.col(f"{alias}.{quote_identifier(f.name)}"))
-                for f in fields
-            )
-        )
+        return self._outputs(rows, fields, clauses, target=True)
 
     def _insert(
         self,
@@ -412,7 +414,32 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             rows = self._join(source, target, "left_anti")
         rows = rows.withColumn(_ACTION, _first_clause(clauses, F.lit(False)))
         rows = rows.where(F.col(_ACTION).isNotNull())
-        return rows.select(*(self._output(f, clauses, F.lit(None)) for f in fields))
+        return self._outputs(rows, fields, clauses, target=False)
+
+    def _outputs(
+        self, rows: DataFrame, fields: list[StructField], clauses: list[MergeClause], target: bool
+    ) -> DataFrame:
+        """The output rows of the joined `rows` (each with its clause in `_ACTION`; `target`:
+        with a target side); on a change-data-feed table, with CHANGE_TYPE_COLUMN: NULL for a
+        copied row, the clause's change for the others, and an `update_preimage` row (the
+        target row as it was) besides each updated row."""
+        alias = quote_identifier(self.target_alias)
+
+        def default(f: StructField) -> Column:
+            return F.col(f"{alias}.{quote_identifier(f.name)}") if target else F.lit(None)
+
+        changes: list[Column] = []
+        if self._changes:
+            updating = [i for i, c in enumerate(clauses) if c.action == "update"]
+            twice = F.array(F.lit(False), F.lit(True))
+            before = F.when(F.col(_ACTION).isin(updating or [-1]), twice)
+            rows = rows.withColumn(_BEFORE, F.explode(before.otherwise(F.array(F.lit(False)))))
+            rows = rows.withColumn(_ACTION, F.when(~F.col(_BEFORE), F.col(_ACTION)))
+            change = F.when(F.col(_BEFORE), F.lit("update_preimage"))
+            for i, clause in enumerate(clauses):
+                change = change.when(F.col(_ACTION) == i, F.lit(_CHANGE_TYPES[clause.action]))
+            changes.append(change.alias(CHANGE_TYPE_COLUMN))
+        return rows.select(*(self._output(f, clauses, default(f)) for f in fields), *changes)
 
     def _output(self, field: StructField, clauses: list[MergeClause], default: Column) -> Column:
         """Column `field` of an output row: the assignment of the clause applied, else `default`."""

@@ -3,11 +3,14 @@
 `write_files` (TransactionalWrite.writeFiles) normalises the DataFrame to the table schema,
 checks the table's constraints (NOT NULL, `delta.invariants`, CHECK `delta.constraints.*`) and
 any extra ones (a replaceWhere predicate) with one Spark SQL CASE column, and writes the rows
-from the executors in a single `mapInArrow` job. Each task writes its own files through the
-engine's `DataFileWriter` (`engine/commands/data_files.py`: Hive-style partition directories,
-files rolled at the target size, Delta stats computed in the same pass) and returns one row per
-file. The driver only collects those rows: no driver-side filesystem access and no SparkContext
-or RDD, so a local session, a standalone cluster and Spark Connect behave alike.
+from the executors in a single `mapInArrow` job. Each task (`spark/write_tasks.py`) writes its
+own files through the engine's `DataFileWriter` (`engine/commands/data_files.py`: Hive-style
+partition directories, files rolled at the target size, Delta stats computed in the same pass)
+and returns one row per file. The driver only collects those rows: no driver-side filesystem
+access and no SparkContext or RDD, so a local session, a standalone cluster and Spark Connect
+behave alike. `write_change_files` is its variant for rows that carry their change (the Spark
+MERGE on a change-data-feed table): each task also writes `_change_data` files, through a
+second `DataFileWriter` of change data.
 
 `write_delta` runs a whole write (append, overwrite, replaceWhere, dynamic partition overwrite,
 error/ignore, schema merge/overwrite, idempotent writes) as one commit of the engine.
@@ -16,40 +19,35 @@ error/ignore, schema merge/overwrite, idempotent writes) as one commit of the en
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark import TaskContext
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_delta.engine.commands.data_files import (
+    CHANGE_DATA_DIR,
+    CHANGE_TYPE_COLUMN,
     DEFAULT_TARGET_FILE_SIZE,
-    FILE_ROW_SCHEMA,
-    DataFileWriter,
     WritePlan,
     add_files,
-    partition_runs,
+    cdc_files,
 )
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
-    ConstraintViolationError,
     MetadataChangedException,
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier
-from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
+from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
@@ -62,13 +60,17 @@ from airflow_delta.spark.constraints import (
     table_constraints,
 )
 from airflow_delta.spark.read import physical_name, plain_type
+from airflow_delta.spark.write_tasks import (
+    FILE_ROW_DDL,
+    VIOLATION_COLUMN,
+    collect_files,
+    is_data_row,
+    violation_column,
+    write_task,
+)
 
 log = logging.getLogger(__name__)
 
-_VIOLATION_COLUMN = "__airflow_delta_violation__"
-_FILE_ROW_DDL = (
-    "path string, partitionValues string, size long, modificationTime long, stats string"
-)
 _SAVE_MODES = {
     "append": "Append",
     "overwrite": "Overwrite",
@@ -76,12 +78,6 @@ _SAVE_MODES = {
     "errorifexists": "ErrorIfExists",
     "ignore": "Ignore",
 }
-
-
-#: The `path` of the row a writing task returns instead of files when a row breaks a constraint
-#: (its `stats` hold the violation as JSON): no task fails, so Spark logs no stack trace and
-#: retries nothing.
-_VIOLATION_PATH = "<<airflow-delta-violation>>"
 
 
 # --------------------------------------------------------------------------- schema
@@ -151,8 +147,11 @@ def _can_up_cast(src: T.DataType, dst: T.DataType) -> bool:
     return False
 
 
-def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) -> DataFrame:
-    """`df` with the table's columns, in the table's order, names and types.
+def normalize_data(
+    df: DataFrame, schema_json: Mapping[str, Any], table: str, keep: Sequence[str] = ()
+) -> DataFrame:
+    """`df` with the table's columns, in the table's order, names and types (then the columns
+    named in `keep`, as they are).
 
     Columns match case-insensitively; a missing nullable column becomes typed nulls; a type
     that widens safely is cast. Raises SchemaMismatchError naming every extra column, missing
@@ -161,12 +160,13 @@ def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) ->
     target = T.StructType.fromJson(dict(schema_json))
     given: dict[str, T.StructField] = {}
     problems: list[str] = []
-    for f in df.schema.fields:
+    fields = [f for f in df.schema.fields if f.name not in keep]
+    for f in fields:
         if f.name.lower() in given:
             problems.append(f"columns {given[f.name.lower()].name!r} and {f.name!r} clash")
         given[f.name.lower()] = f
     known = {f.name.lower() for f in target.fields}
-    extra = [f.name for f in df.schema.fields if f.name.lower() not in known]
+    extra = [f.name for f in fields if f.name.lower() not in known]
     if extra:
         problems.append(
             f"columns not in the table schema: {', '.join(extra)} "
@@ -207,105 +207,7 @@ def normalize_data(df: DataFrame, schema_json: Mapping[str, Any], table: str) ->
             + f"\nTable schema: {target.simpleString()}\nDataFrame schema: "
             + df.schema.simpleString()
         )
-    return df.select(*columns)
-
-
-def _violation_column(checks: Sequence[Constraint]) -> Column:
-    """The index of the first constraint a row violates (null when it violates none)."""
-    violated = [~F.coalesce(F.expr(c.expression), F.lit(False)) for c in checks]
-    case = F.when(violated[0], F.lit(0))
-    for i, condition in enumerate(violated[1:], start=1):
-        case = case.when(condition, F.lit(i))
-    return case
-
-
-def _shown(value: Any) -> str:
-    """A value of a row as SQL shows it (`'text'`, `2024-01-01`, `1.50`, `true`, `null`)."""
-    if value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = "'" + value.replace("'", "''") + "'"
-    elif isinstance(value, dt.date | dt.datetime | dt.time):
-        text = value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-    elif isinstance(value, bytes):
-        text = "X'" + value.hex().upper() + "'"
-    else:
-        text = str(value)
-    return text if len(text) <= 100 else text[:100] + "..."
-
-
-def _violation(
-    checks: Sequence[Constraint], batch: pa.RecordBatch, physical_names: Mapping[str, str]
-) -> dict[str, str] | None:
-    """The first row of `batch` that violates a constraint, as ConstraintViolationError's
-    arguments; None when every row holds."""
-    flags = batch.column(_VIOLATION_COLUMN)
-    if flags.null_count == len(flags):
-        return None
-    row = pc.indices_nonzero(pc.is_valid(flags))[0].as_py()
-    check = checks[flags[row].as_py()]
-    values = batch.slice(row, 1).to_pylist()[0]
-    shown = "".join(f"\n - {c} : {_shown(values[physical_names.get(c, c)])}" for c in check.columns)
-    message = f"{check.message} violated by row with values:{shown}"
-    return {"message": message, "constraint": check.name, "expression": check.expression}
-
-
-# --------------------------------------------------------------------------- writing tasks
-
-
-def _write_task(
-    plan: WritePlan,
-    checks: Sequence[Constraint],
-    physical_names: Mapping[str, str],
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """The mapInArrow function: check and write a task's rows; yield its files' rows."""
-    context = TaskContext.get()
-    writer = DataFileWriter(plan, context.partitionId() if context else 0)
-    try:
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            violation = _violation(checks, batch, physical_names) if checks else None
-            if violation is not None:
-                writer.abort()
-                row = {"path": _VIOLATION_PATH, "stats": json.dumps(violation)}
-                yield pa.RecordBatch.from_pylist([row], schema=FILE_ROW_SCHEMA)
-                return
-            for values, table in partition_runs(plan, batch):
-                writer.add(values, table)
-        rows = writer.finish()
-    except BaseException:
-        writer.abort()
-        raise
-    if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=FILE_ROW_SCHEMA)
-
-
-def _collect(data: DataFrame, txn: OptimisticTransaction) -> list[Row]:
-    """Run the write job: the rows of the files written. A row that broke a constraint in a
-    task becomes ConstraintViolationError naming the table (the files of the other tasks are
-    removed: nothing is committed)."""
-    rows = data.collect()
-    violations = [r for r in rows if r["path"] == _VIOLATION_PATH]
-    if not violations:
-        return rows
-    location = txn.location
-    written = [
-        location.store.file_path(location.root, r["path"], table=txn.table, version=-1)
-        for r in rows
-        if r["path"] != _VIOLATION_PATH
-    ]
-    location.store.delete_many(written)
-    found = json.loads(violations[0]["stats"])
-    raise ConstraintViolationError(
-        f"Table {txn.table}: nothing written (it stays at version {txn.read_version}): "
-        f"{found['message']}\nFix or filter the rows that break it, or change the constraint.",
-        found["constraint"],
-        found["expression"],
-    )
+    return df.select(*columns, *(F.col(quote_identifier(c)) for c in keep))
 
 
 def _check_writable(txn: OptimisticTransaction) -> None:
@@ -333,7 +235,7 @@ def _to_physical(data: DataFrame, schema_json: Mapping[str, Any], table: str) ->
         F.col(quote_identifier(f.name)).cast(plain_type(f.dataType, rename)).alias(rename(f))
         for f in target.fields
     ]
-    extra = [F.col(c) for c in data.columns if c == _VIOLATION_COLUMN]
+    extra = [F.col(c) for c in data.columns if c in (VIOLATION_COLUMN, CHANGE_TYPE_COLUMN)]
     return data.select(*columns, *extra)
 
 
@@ -352,6 +254,37 @@ def write_files(
     checked on every row besides the table's own (raises ConstraintViolationError). Storage
     options default to the transaction's table's.
     """
+    adds, _ = _write_files(
+        txn, df, partition_by, target_file_size, storage_options, constraints, change_data=False
+    )
+    return adds
+
+
+def write_change_files(
+    txn: OptimisticTransaction,
+    df: DataFrame,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """`write_files` of a change-data-feed write: `df` holds the table's columns and
+    CHANGE_TYPE_COLUMN, each row written by its change type (`write_tasks`: NULL to the data
+    files, `insert` and `update_postimage` to the data and the change data files, `delete` and
+    `update_preimage` to the change data files); the AddFiles and the cdc actions (not
+    committed). Constraints, identity and generated columns apply to the data rows."""
+    return _write_files(txn, df, None, target_file_size, storage_options, (), change_data=True)
+
+
+def _write_files(
+    txn: OptimisticTransaction,
+    df: DataFrame,
+    partition_by: Sequence[str] | None,
+    target_file_size: int,
+    storage_options: Mapping[str, Any] | None,
+    constraints: Sequence[Constraint],
+    *,
+    change_data: bool,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
     txn.has_written = True
     metadata = txn.metadata
     if metadata is None:
@@ -368,11 +301,44 @@ def write_files(
             f"Table {txn.table} is partitioned by {list(columns)}, not by {list(partition_by)}"
         )
     schema_json = json.loads(metadata.schema_string or "{}")
-    given = normalize_data(df, schema_json, txn.table)
+    given = normalize_data(df, schema_json, txn.table, [CHANGE_TYPE_COLUMN] if change_data else [])
     data, generated = fill_generated_columns(given, metadata, txn.table)
     checks = (*table_constraints(metadata), *generated, *constraints)
-    if checks:
-        data = data.withColumn(_VIOLATION_COLUMN, _violation_column(checks))
+    if checks:  # the rows written to data files only
+        violation = violation_column(checks)
+        violation = F.when(is_data_row(), violation) if change_data else violation
+        data = data.withColumn(VIOLATION_COLUMN, violation)
+    data = _partitioned(data, schema_json, columns)
+    column_mapping = metadata.column_mapping_mode != "none"
+    physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
+    if column_mapping:
+        data = _to_physical(data, schema_json, txn.table)
+    plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
+    change_plan = (
+        WritePlan.for_table(txn.location, metadata, storage_options, target_file_size, True)
+        if change_data
+        else None
+    )
+    task = functools.partial(write_task, plan, change_plan, checks, physical_names)
+    rows = [r.asDict() for r in collect_files(data.mapInArrow(task, FILE_ROW_DDL), txn)]
+    changed = [r["path"].startswith(f"{CHANGE_DATA_DIR}/") for r in rows]
+    adds = add_files([r for r, c in zip(rows, changed, strict=True) if not c])
+    cdcs = cdc_files([r for r, c in zip(rows, changed, strict=True) if c])
+
+    def handed_out(column: str) -> int:
+        handed = F.col(quote_identifier(column)).isNull()
+        return given.where(handed & is_data_row() if change_data else handed).count()
+
+    txn.identity_high_water_marks.update(
+        identity_high_water_marks(metadata, adds, handed_out, txn.table)
+    )
+    return adds, cdcs
+
+
+def _partitioned(
+    data: DataFrame, schema_json: Mapping[str, Any], columns: Sequence[str]
+) -> DataFrame:
+    """`data` with "" partition values as NULLs, in a task per partition, sorted."""
     types = {f["name"]: f["type"] for f in schema_json["fields"]}
     for c in columns:
         if types[c] == "string":  # "" is a null partition value: group it with the nulls
@@ -380,21 +346,7 @@ def write_files(
     if columns:
         keys = [F.col(quote_identifier(c)) for c in columns]
         data = data.repartition(*keys).sortWithinPartitions(*keys)
-    column_mapping = metadata.column_mapping_mode != "none"
-    physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
-    if column_mapping:
-        data = _to_physical(data, schema_json, txn.table)
-    plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
-    task = functools.partial(_write_task, plan, checks, physical_names)
-    adds = add_files([r.asDict() for r in _collect(data.mapInArrow(task, _FILE_ROW_DDL), txn)])
-
-    def handed_out(column: str) -> int:
-        return given.where(F.col(quote_identifier(column)).isNull()).count()
-
-    txn.identity_high_water_marks.update(
-        identity_high_water_marks(metadata, adds, handed_out, txn.table)
-    )
-    return adds
+    return data
 
 
 # --------------------------------------------------------------------------- write_delta

@@ -288,7 +288,7 @@ class MergeBuilder:
             "numTargetRowsCopied": copied,
             "numOutputRows": output_rows,
             "numTargetFilesAdded": len(adds),
-            "numTargetChangeFilesAdded": 0,  # the in-process executor counts its cdc files
+            "numTargetChangeFilesAdded": 0,  # the executors count their cdc files
             "numTargetFilesRemoved": len(removes),
             "numTargetBytesAdded": sum(a.size for a in adds),
             "numTargetBytesRemoved": sum(r.size or 0 for r in removes),
