@@ -26,19 +26,18 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_delta.engine import CommitProperties, DeltaLog, Operation, SetTransaction
-from airflow_delta.engine.errors import TableAlreadyExistsError
+from airflow_delta.engine.errors import (
+    ConstraintViolationError,
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+)
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.protocol.schema import (
     DELTA_METADATA_KEY,
     HIVE_DEFAULT_PARTITION,
     parse_partition_value,
 )
-from airflow_delta.spark.write import (
-    ConstraintViolationError,
-    SchemaMismatchError,
-    write_delta,
-    write_files,
-)
+from airflow_delta.spark.write import write_delta, write_files
 
 # -- readers -------------------------------------------------------------------------------
 
