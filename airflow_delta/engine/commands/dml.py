@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_delta.engine.commands.command_transaction import command_transaction
 from airflow_delta.engine.commands.data_files import (
     ChangeRows,
     with_change_type,
@@ -67,7 +68,6 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.expressions.parser import parse, parse_value
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.expressions.tree import Expr
-from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.features import (
@@ -78,7 +78,7 @@ from airflow_delta.engine.protocol.features import (
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.protocol.schema import delta_field_metadata
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
-from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
 
@@ -159,14 +159,7 @@ def _plan(
     transactions the table already holds."""
     started = time.monotonic()
     uri = table.table if isinstance(table, OptimisticTransaction) else table
-    if isinstance(table, OptimisticTransaction) and commit_properties is not None:
-        raise ValueError(
-            f"{name} of {uri}: pass commit_properties to the transaction you give, not beside it"
-        )
-    txn = table if isinstance(table, OptimisticTransaction) else None
-    if txn is None:
-        location = TableLocation.of(uri, storage_options)
-        txn = start_transaction(location, properties=commit_properties)
+    txn = command_transaction(name, table, storage_options, commit_properties)
     operation = _operation(name, predicate)
     if txn.already_committed():
         return txn.result(None, operation)

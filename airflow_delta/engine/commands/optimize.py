@@ -49,17 +49,17 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.commands.command_transaction import command_transaction
 from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
 from airflow_delta.engine.errors import TableNotFoundError, UnsupportedCommandError
 from airflow_delta.engine.expressions.predicates import parse_predicates
-from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
-from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +181,7 @@ def _plan(
 ) -> _Plan | CommitResult:
     started = time.monotonic()
     uri = table.table if isinstance(table, OptimisticTransaction) else table
-    if isinstance(table, OptimisticTransaction) and commit_properties is not None:
-        raise ValueError(
-            f"OPTIMIZE of {uri}: pass commit_properties to the transaction you give, not beside it"
-        )
-    txn = table if isinstance(table, OptimisticTransaction) else None
-    if txn is None:
-        txn = start_transaction(
-            TableLocation.of(uri, storage_options), properties=commit_properties
-        )
+    txn = command_transaction("OPTIMIZE", table, storage_options, commit_properties)
     zorder = list(zorder_by or [])
     operation = Operation(
         "OPTIMIZE",

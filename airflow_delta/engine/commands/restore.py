@@ -40,11 +40,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.commands.command_transaction import command_transaction
 from airflow_delta.engine.errors import RestoreMissingFilesError, TableNotFoundError
 from airflow_delta.engine.log.history import version_at_timestamp
 from airflow_delta.engine.log.replay import file_keys
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
-from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, Operation
 from airflow_delta.engine.protocol.deletion_vectors import relative_dv_path
@@ -55,7 +55,7 @@ from airflow_delta.engine.protocol.features import (
 )
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.conflicts import IsolationLevel
-from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 log = logging.getLogger(__name__)
 
@@ -143,15 +143,7 @@ def _transaction(
     commit_properties: CommitProperties | None,
 ) -> OptimisticTransaction:
     """The transaction of the restore, Serializable unless its properties choose a level."""
-    if isinstance(table, OptimisticTransaction):
-        if commit_properties is not None:
-            raise ValueError(
-                f"RESTORE of {table.table}: pass commit_properties to the transaction you give, "
-                "not beside it"
-            )
-        txn = table
-    else:
-        txn = start_transaction(TableLocation.of(table, storage_options), None, commit_properties)
+    txn = command_transaction("RESTORE", table, storage_options, commit_properties)
     if txn.properties.isolation_level is None:
         txn.properties = replace(txn.properties, isolation_level=IsolationLevel.SERIALIZABLE)
     return txn
