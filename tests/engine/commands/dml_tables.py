@@ -9,14 +9,13 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
+from hypothesis import strategies as st
 
 from airflow_delta.engine import DeltaLog, Operation
 from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
 
-SCHEMA = pa.schema(
-    [("id", pa.int64()), ("k", pa.int32()), ("s", pa.string()), ("p", pa.string())]
-)
+SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int32()), ("s", pa.string()), ("p", pa.string())])
 DV_ON = {"delta.enableDeletionVectors": "true"}
 
 
@@ -101,3 +100,39 @@ def expected(data: list[pa.Table], keep: Any) -> list[tuple[Any, ...]]:
     """The rows of `data` (tuples in SCHEMA order) for which `keep(row dict)` holds, sorted."""
     out = [tuple(r.values()) for t in data for r in t.to_pylist() if keep(r)]
     return _sorted(out)
+
+
+# -- hypothesis strategies shared by the differential tests ----------------------------------
+
+
+def combined_predicates(atoms: list[str]) -> st.SearchStrategy[str]:
+    """SQL predicates built from `atoms` with AND, OR and NOT (up to 3 atoms)."""
+
+    def combine(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        pairs = st.tuples(children, children)
+        return st.one_of(
+            pairs.map(lambda t: f"({t[0]}) AND ({t[1]})"),
+            pairs.map(lambda t: f"({t[0]}) OR ({t[1]})"),
+            children.map(lambda c: f"NOT ({c})"),
+        )
+
+    return st.recursive(st.sampled_from(atoms), combine, max_leaves=3)
+
+
+#: Rows (k, s, p) of SCHEMA with NULLs and empty strings; `id` is the row's position.
+ROWS = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(0, 4)),
+        st.sampled_from([None, "x", "y", "", "z"]),
+        st.sampled_from([None, "a", "b"]),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def batches(rows: list[tuple[Any, ...]], commits: int) -> list[pa.Table]:
+    """`rows` (of ROWS) as SCHEMA tables, cut into `commits` appends."""
+    data = [{"id": i, "k": k, "s": s, "p": p} for i, (k, s, p) in enumerate(rows)]
+    size = -(-len(data) // commits)
+    return [pa.Table.from_pylist(data[i : i + size], SCHEMA) for i in range(0, len(data), size)]

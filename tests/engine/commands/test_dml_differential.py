@@ -16,13 +16,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_delta.engine import delete, update
-from tests.engine.commands.dml_tables import SCHEMA, create, deltalake_rows, rows
+from tests.engine.commands.dml_tables import (
+    ROWS,
+    batches,
+    combined_predicates,
+    create,
+    deltalake_rows,
+    rows,
+)
 
 ATOMS = [
     "k < 2",
@@ -55,31 +61,7 @@ ASSIGNMENTS = [
 ]
 
 
-def _combine(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    pairs = st.tuples(children, children)
-    return st.one_of(
-        pairs.map(lambda t: f"({t[0]}) AND ({t[1]})"),
-        pairs.map(lambda t: f"({t[0]}) OR ({t[1]})"),
-        children.map(lambda c: f"NOT ({c})"),
-    )
-
-
-PREDICATES = st.recursive(st.sampled_from(ATOMS), _combine, max_leaves=3)
-ROWS = st.lists(
-    st.tuples(
-        st.one_of(st.none(), st.integers(0, 4)),
-        st.sampled_from([None, "x", "y", "", "z"]),
-        st.sampled_from([None, "a", "b"]),
-    ),
-    min_size=1,
-    max_size=30,
-)
-
-
-def _batches(rows: list[tuple[Any, ...]], commits: int) -> list[pa.Table]:
-    data = [{"id": i, "k": k, "s": s, "p": p} for i, (k, s, p) in enumerate(rows)]
-    size = -(-len(data) // commits)
-    return [pa.Table.from_pylist(data[i : i + size], SCHEMA) for i in range(0, len(data), size)]
+PREDICATES = combined_predicates(ATOMS)
 
 
 @settings(max_examples=25, derandomize=True, deadline=None)
@@ -104,7 +86,7 @@ def test_delete_and_update_leave_the_rows_deltalake_leaves(
     assignments: dict[str, str],
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        ours = create(Path(tmp) / "ours", *_batches(data, commits), dv=dv, partitioned=partitioned)
+        ours = create(Path(tmp) / "ours", *batches(data, commits), dv=dv, partitioned=partitioned)
         theirs = str(Path(tmp) / "theirs")
         shutil.copytree(ours, theirs)
         deleted = delete(ours, first).metrics["numDeletedRows"]

@@ -30,7 +30,7 @@ from airflow_delta.engine.commands.table_reader import (
 )
 from airflow_delta.engine.errors import CorruptLogError, InvalidPredicateError
 from airflow_delta.engine.protocol.schema import delta_field_metadata
-from tests.engine.commands.dml_tables import SCHEMA, create
+from tests.engine.commands.dml_tables import ROWS, SCHEMA, batches, combined_predicates, create
 
 GOLDEN = Path("/work/shared/golden/tables")
 
@@ -419,31 +419,7 @@ ATOMS = [
 ]
 
 
-def _combine(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    pairs = st.tuples(children, children)
-    return st.one_of(
-        pairs.map(lambda t: f"({t[0]}) AND ({t[1]})"),
-        pairs.map(lambda t: f"({t[0]}) OR ({t[1]})"),
-        children.map(lambda c: f"NOT ({c})"),
-    )
-
-
-FILTERS = st.recursive(st.sampled_from(ATOMS), _combine, max_leaves=3)
-ROWS = st.lists(
-    st.tuples(
-        st.one_of(st.none(), st.integers(0, 4)),
-        st.sampled_from([None, "x", "y", "", "z"]),
-        st.sampled_from([None, "a", "b"]),
-    ),
-    min_size=1,
-    max_size=30,
-)
-
-
-def _batches(rows: list[tuple[Any, ...]], commits: int) -> list[pa.Table]:
-    data = [{"id": i, "k": k, "s": s, "p": p} for i, (k, s, p) in enumerate(rows)]
-    size = -(-len(data) // commits)
-    return [pa.Table.from_pylist(data[i : i + size], SCHEMA) for i in range(0, len(data), size)]
+FILTERS = combined_predicates(ATOMS)
 
 
 @settings(max_examples=30, derandomize=True, deadline=None)
@@ -466,7 +442,7 @@ def test_read_table_returns_the_rows_deltalake_and_duckdb_return(
     columns: list[str] | None,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        uri = create(Path(tmp) / "t", *_batches(data, commits), dv=dv, partitioned=partitioned)
+        uri = create(Path(tmp) / "t", *batches(data, commits), dv=dv, partitioned=partitioned)
         if deleted is not None:
             delete(uri, deleted)  # deletion vectors when dv, else rewritten files
         ours = read_table(uri, columns, where)
