@@ -5,21 +5,31 @@ per run of commits: the `add` and `remove` actions become ADD_TYPE / REMOVE_TYPE
 directly (stats stay strings), with no Python object per action. Only the few other actions
 (commitInfo, protocol, metaData, txn, domainMetadata, ...) are parsed line by line.
 
-`partitionValues` is a map in the protocol, which the JSON reader cannot build; it is read as a
-struct of the table's partition columns and turned into the map vectorised (a partition column
-a writer left out of a file's map reads as null, an entry with a null value). The partition
-columns come from the metadata in effect, so a commit that carries a `metaData` action is
-decoded by the exact per-line parser (`replay.parse_log_batch`), and so is every commit whose
-shape the fast path does not cover: `tags` on a file action, a `\\r` line break, a line that
-does not start with `{`, is not an object or does not fit the schema, a file action without a
-path, a file without a known action. The result is the same as the per-line parser's (a test
-holds both to that); errors come from the per-line parser, with their line numbers.
+The schema is shaped by the metadata and protocol in effect (`_Shape`), because the reader's
+cost grows with every field it fills for every row:
+
+* `partitionValues` is a map in the protocol, which the JSON reader cannot build; it is read as
+  a struct of the table's partition columns and turned into the map vectorised (a partition
+  column a writer left out of a file's map reads as null, an entry with a null value);
+* `baseRowId`, `defaultRowCommitVersion` and `clusteringProvider` are read only when the
+  protocol supports their feature (rowTracking, clustering): the protocol allows them only then;
+* `deletionVector` (unless the protocol supports deletionVectors) and `tags` are read as
+  presence markers only: a file action that holds one is decoded by the per-line parser.
+
+A commit holding a `metaData` or `protocol` action is decoded by the exact per-line parser
+(`replay.parse_log_batch`), and when it changes the shape, the commits after it are read again
+with the new one. So is every commit whose shape the fast path does not cover: a `\\r` line
+break, a line that does not start with `{`, is not an object or does not fit the schema, a file
+action without a path, a file without a known action. The result is the same as the per-line
+parser's (a test holds both to that); errors come from the per-line parser, with their line
+numbers.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,82 +39,155 @@ import pyarrow.json as pj
 
 from airflow_delta.engine.log.replay import SMALL_ACTIONS, LogBatch, parse_log_batch
 from airflow_delta.engine.protocol.action_types import ADD_TYPE, REMOVE_TYPE
-from airflow_delta.engine.protocol.actions import action_from_json
+from airflow_delta.engine.protocol.actions import Metadata, Protocol, action_from_json
 from airflow_delta.engine.protocol.columnar import (
     array_from_pylist,
     bool_mask,
     bool_values,
     int_array,
 )
+from airflow_delta.engine.protocol.features import reader_features, writer_features
 from airflow_delta.engine.protocol.log_json import parse_json
 
 #: Actions decoded line by line (few per commit); the JSON reader only notes where they are.
 _OTHER_ACTIONS = tuple(SMALL_ACTIONS)
+#: Actions after which the schema of the commits that follow may change.
+_SHAPING_ACTIONS = ("metaData", "protocol")
+#: File action fields read only when the protocol supports the feature that defines them.
+_FEATURE_FIELDS = {
+    "baseRowId": "rowTracking",
+    "defaultRowCommitVersion": "rowTracking",
+    "clusteringProvider": "clustering",
+}
+#: File action fields read as presence markers (a row holding one goes to the per-line parser),
+#: unless the protocol supports the feature named (None: always a marker).
+_MARKED_FIELDS = {"deletionVector": "deletionVectors", "tags": None}
+_MARKER = pa.struct([])
+_NEWLINE = ord("\n")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the file actions of commits can hold under a metadata and protocol."""
+
+    columns: tuple[str, ...]  # keys of partitionValues (physical names)
+    features: frozenset[str]  # supported features that add fields to file actions
+
+    @classmethod
+    def of(cls, metadata: Metadata | None, protocol: Protocol | None) -> _Shape | None:
+        if metadata is None or protocol is None:
+            return None
+        named = set(_FEATURE_FIELDS.values()) | {f for f in _MARKED_FIELDS.values() if f}
+        supported = (writer_features(protocol) | reader_features(protocol)) & named
+        return cls(tuple(metadata.physical_partition_columns), frozenset(supported))
+
+    def read_type(self, type_: pa.StructType) -> pa.StructType:
+        """`type_` as the JSON reader reads it under this shape."""
+        fields = []
+        for f in type_:
+            if f.name == "partitionValues":
+                f = f.with_type(pa.struct([(c, pa.string()) for c in self.columns]))
+            elif f.name in _MARKED_FIELDS and _MARKED_FIELDS[f.name] not in self.features:
+                f = f.with_type(_MARKER)
+            elif f.name in _FEATURE_FIELDS and _FEATURE_FIELDS[f.name] not in self.features:
+                continue
+            fields.append(f)
+        return pa.struct(fields)
+
+    def schema(self) -> pa.Schema:
+        return pa.schema(
+            [("add", self.read_type(ADD_TYPE)), ("remove", self.read_type(REMOVE_TYPE))]
+            + [(name, _MARKER) for name in _OTHER_ACTIONS]
+        )
 
 
 def decode_commits(
-    commits: Sequence[tuple[bytes, str]], partition_columns: Sequence[str] | None
+    commits: Sequence[tuple[bytes, str]],
+    metadata: Metadata | None,
+    protocol: Protocol | None,
 ) -> list[LogBatch]:
     """The LogBatch of each commit `(data, source)`, in order.
 
-    `partition_columns` are the keys of the files' `partitionValues` under the metadata in effect
-    before the first commit (`Metadata.physical_partition_columns`: physical names with column
-    mapping); None when unknown (the commits then start with the table's first metadata).
+    `metadata` and `protocol` are those in effect before the first commit; None when unknown
+    (the commits then start with the table's first ones).
     """
-    batches: list[LogBatch | None] = [None] * len(commits)
-    run: list[int] = []
-    columns = list(partition_columns) if partition_columns is not None else None
-    for i, (data, source) in enumerate(commits):
-        if columns is None or b'"metaData"' in data or b"\r" in data:
-            _decode_run(commits, run, columns, batches)
-            run = []
-            batch = parse_log_batch(data, source)
-            batches[i] = batch
-            if batch.metadata is not None:
-                columns = batch.metadata.physical_partition_columns
+    out: list[LogBatch | None] = [None] * len(commits)
+    plain = [b"\r" not in data for data, _ in commits]
+    state = _State(metadata, protocol)
+    i = 0
+    while i < len(commits):
+        shape = state.shape()
+        end = i
+        while end < len(commits) and plain[end]:
+            end += 1
+        if shape is None or end == i:
+            out[i] = state.parse(commits[i])
+            i += 1
         else:
-            run.append(i)
-    _decode_run(commits, run, columns, batches)
-    return [b for b in batches if b is not None]
+            i = _decode_run(commits, range(i, end), shape, state, out)
+    return [b for b in out if b is not None]
+
+
+class _State:
+    """The metadata and protocol in effect as commits are decoded in order."""
+
+    def __init__(self, metadata: Metadata | None, protocol: Protocol | None) -> None:
+        self.metadata, self.protocol = metadata, protocol
+
+    def shape(self) -> _Shape | None:
+        return _Shape.of(self.metadata, self.protocol)
+
+    def parse(self, commit: tuple[bytes, str]) -> LogBatch:
+        """The commit decoded by the per-line parser, its metadata and protocol taken in."""
+        batch = parse_log_batch(*commit)
+        self.metadata = batch.metadata or self.metadata
+        self.protocol = batch.protocol or self.protocol
+        return batch
 
 
 def _decode_run(
     commits: Sequence[tuple[bytes, str]],
-    run: list[int],
-    columns: list[str] | None,
+    run: range,
+    shape: _Shape,
+    state: _State,
     out: list[LogBatch | None],
-) -> None:
-    """Decode the commits `run` (indexes) together; any the fast path does not take are
-    decoded by the per-line parser."""
-    if not run:
-        return
-    assert columns is not None  # a run starts after the metadata is known
+) -> int:
+    """Decode the commits `run` (indexes) together under `shape`; any the fast path does not
+    take are decoded by the per-line parser. Returns where decoding goes on: after a commit
+    that changed the shape (what follows it is read again), else the run's end."""
     datas = [commits[i][0] if commits[i][0].endswith(b"\n") else commits[i][0] + b"\n" for i in run]
     counts = [_row_count(d) for d in datas]
-    table = _read(datas, columns)
+    table = _read(datas, shape.schema())
     if table is None or table.num_rows != sum(counts):
         for i in run:
-            out[i] = parse_log_batch(*commits[i])
-        return
-    adds = _file_actions(table.column("add").combine_chunks(), ADD_TYPE, columns)
-    removes = _file_actions(table.column("remove").combine_chunks(), REMOVE_TYPE, columns)
+            out[i] = state.parse(commits[i])
+        return run.stop
+    adds = _file_actions(table.column("add").combine_chunks(), ADD_TYPE, shape.columns)
+    removes = _file_actions(table.column("remove").combine_chunks(), REMOVE_TYPE, shape.columns)
     others = _present(table, _OTHER_ACTIONS)
+    shaping = _present(table, _SHAPING_ACTIONS)
     lo = 0
     for i, data, count in zip(run, datas, counts, strict=True):
         hi = lo + count
-        batch = _batch(commits[i][1], data, lo, hi, adds, removes, others)
-        out[i] = batch if batch is not None else parse_log_batch(*commits[i])
+        if shaping[lo:hi].any():
+            out[i] = state.parse(commits[i])
+            if state.shape() != shape:
+                return i + 1
+        else:
+            batch = _batch(commits[i][1], data, lo, hi, adds, removes, others)
+            out[i] = batch if batch is not None else parse_log_batch(*commits[i])
         lo = hi
+    return run.stop
 
 
 def _row_count(data: bytes) -> int:
     """The lines of `data` (which ends with a newline), counted at memchr speed. When they are
     not exactly the JSON reader's rows (a blank line, a line that is not one object), the
     total differs or the reader refuses, and the run goes to the per-line parser."""
-    return data.count(b"\n")
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE))
 
 
-def _read(datas: list[bytes], columns: list[str]) -> pa.Table | None:
+def _read(datas: list[bytes], schema: pa.Schema) -> pa.Table | None:
     """The actions of the commits `datas` as columns; None when the JSON reader refuses them.
     Blocks of 4 MiB (or the largest commit) are parsed in parallel."""
     block = max(1 << 22, max(len(d) for d in datas) + 1)
@@ -113,28 +196,11 @@ def _read(datas: list[bytes], columns: list[str]) -> pa.Table | None:
             io.BytesIO(b"".join(datas)),
             read_options=pj.ReadOptions(block_size=block),
             parse_options=pj.ParseOptions(
-                explicit_schema=_schema(columns), unexpected_field_behavior="ignore"
+                explicit_schema=schema, unexpected_field_behavior="ignore"
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-
-
-def _schema(columns: list[str]) -> pa.Schema:
-    def as_read(type_: pa.StructType) -> pa.StructType:
-        fields = []
-        for f in type_:
-            if f.name == "partitionValues":
-                f = f.with_type(pa.struct([(c, pa.string()) for c in columns]))
-            elif f.name == "tags":
-                f = f.with_type(pa.struct([]))  # present or not: present means per-line
-            fields.append(f)
-        return pa.struct(fields)
-
-    return pa.schema(
-        [("add", as_read(ADD_TYPE)), ("remove", as_read(REMOVE_TYPE))]
-        + [(name, pa.struct([])) for name in _OTHER_ACTIONS]
-    )
 
 
 class _FileActions:
@@ -146,26 +212,32 @@ class _FileActions:
         self.bad_rows = bad_rows  # rows the per-line parser must decode (no path, tags)
 
 
-def _file_actions(column: pa.StructArray, type_: pa.StructType, columns: list[str]) -> _FileActions:
+def _file_actions(
+    column: pa.StructArray, type_: pa.StructType, columns: Sequence[str]
+) -> _FileActions:
+    """The rows of `column` (read under a `_Shape`) holding an action, as `type_` structs; a
+    field the shape did not read is null, and a row with a marker set is bad."""
     present = bool_values(column.is_valid())
     rows = np.flatnonzero(present)
     found = column.filter(bool_mask(present))
+    read: pa.StructType = found.type
     bad = bool_values(found.field("path").is_null())
-    if type_.get_field_index("tags") >= 0:
-        bad |= bool_values(found.field("tags").is_valid())
     children = []
     for f in type_:
-        child = found.field(f.name)
         if f.name == "partitionValues":
-            child = _struct_to_map(child, columns)
-        elif f.name == "tags":
-            child = pa.nulls(len(found), f.type)
-        children.append(child)
+            children.append(_struct_to_map(found.field(f.name), columns))
+        elif read.get_field_index(f.name) < 0:
+            children.append(pa.nulls(len(found), f.type))
+        elif read.field(f.name).type == _MARKER:
+            bad |= bool_values(found.field(f.name).is_valid())
+            children.append(pa.nulls(len(found), f.type))
+        else:
+            children.append(found.field(f.name))
     actions = pa.StructArray.from_arrays(children, fields=list(type_))
     return _FileActions(rows, actions, rows[bad])
 
 
-def _struct_to_map(values: pa.StructArray, columns: list[str]) -> pa.MapArray:
+def _struct_to_map(values: pa.StructArray, columns: Sequence[str]) -> pa.MapArray:
     """Each valid struct row as a map with an entry per partition column; null rows stay null."""
     valid = bool_values(values.is_valid())
     k, rows = len(columns), int(valid.sum())

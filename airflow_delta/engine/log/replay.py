@@ -334,7 +334,8 @@ class InMemoryLogReplay:
             ]
         )
         keys = concat([file_keys(adds), file_keys(removes)], pa.string())
-        key_ids = int_values(keys.dictionary_encode().indices)
+        encoded = keys.dictionary_encode()
+        key_ids = int_values(encoded.indices)
         newest = np.full(int(key_ids.max(initial=-1)) + 1, -1, dtype=np.int64)
         np.maximum.at(newest, key_ids, order)
         is_winner = bool_mask(newest[key_ids] == order)
@@ -342,7 +343,7 @@ class InMemoryLogReplay:
         self._later_files = (
             adds.filter(is_winner.slice(0, n_add)),
             removes.filter(is_winner.slice(n_add)),
-            pc.unique(keys),
+            encoded.dictionary,  # each key once
         )
         return self._later_files
 

@@ -95,9 +95,8 @@ class Snapshot:
         if checkpoint_batch is not None and segment.checkpoint_version is not None:
             replay.append(segment.checkpoint_version, checkpoint_batch)
         store = location.store
-        known = replay.current_metadata
         commits = [(store.read(f.path), f.path) for f in segment.deltas]
-        batches = decode_commits(commits, known.physical_partition_columns if known else None)
+        batches = decode_commits(commits, replay.current_metadata, replay.current_protocol_version)
         for f, batch in zip(segment.deltas, batches, strict=True):
             name = filenames.parse_log_file_name(f.name)
             assert name is not None  # the segment holds log files only

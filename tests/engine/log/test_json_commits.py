@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.log.json_commits import decode_commits
 from airflow_delta.engine.log.replay import InMemoryLogReplay, LogBatch, parse_log_batch
+from airflow_delta.engine.protocol.actions import Metadata, Protocol
 
 COLUMNS = ["p", "q"]
 METADATA = {
@@ -32,6 +33,29 @@ METADATA = {
     }
 }
 PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+#: Protocols a log may switch to: the fields their features define are read columnar.
+FEATURED = [
+    {
+        "protocol": {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors"],
+            "writerFeatures": ["deletionVectors", "rowTracking", "domainMetadata"],
+        }
+    },
+    {
+        "protocol": {
+            "minReaderVersion": 1,
+            "minWriterVersion": 7,
+            "writerFeatures": ["clustering", "domainMetadata"],
+        }
+    },
+]
+
+
+def metadata_partitioned_by(columns: list[str]) -> dict[str, Any]:
+    """METADATA, partitioned by `columns` (all of them string columns of the schema)."""
+    return {"metaData": {**METADATA["metaData"], "partitionColumns": columns}}
 
 names = st.sampled_from(["a", "b", "c", "d e", "f%20g", "日本", "x=1/y"])
 values = st.one_of(st.none(), st.sampled_from(["", "1", "a b", "é", '"q"', "}{", "2024-01-01"]))
@@ -50,11 +74,13 @@ dv = st.one_of(
 
 
 @st.composite
-def file_action(draw: Any) -> dict[str, Any]:
+def file_action(draw: Any, columns: list[str], features: set[str]) -> dict[str, Any]:
+    """An add or remove under a table partitioned by `columns`, with the fields its protocol's
+    `features` define (a deletion vector and tags also without: those go per-line)."""
     kind = draw(st.sampled_from(["add", "add", "remove"]))
     body: dict[str, Any] = {
         "path": draw(names) + ".parquet",
-        "partitionValues": {c: draw(values) for c in COLUMNS},
+        "partitionValues": {c: draw(values) for c in columns},
         "size": draw(st.integers(0, 10**12)),
         "dataChange": draw(st.booleans()),
     }
@@ -66,19 +92,40 @@ def file_action(draw: Any) -> dict[str, Any]:
         body["deletionTimestamp"] = draw(st.integers(0, 2 * 10**12))
     if draw(st.booleans()):
         body["deletionVector"] = draw(dv)
+    if "rowTracking" in features and draw(st.booleans()):
+        body["baseRowId"] = draw(st.integers(0, 10**6))
+        body["defaultRowCommitVersion"] = draw(st.integers(0, 99))
+    if kind == "add" and "clustering" in features and draw(st.booleans()):
+        body["clusteringProvider"] = "liquid"
     if draw(st.integers(0, 9)) == 0:
         body["tags"] = {"INSERTION_TIME": "1"}
-    if draw(st.integers(0, 9)) == 0:
-        del body["partitionValues"][COLUMNS[0]]  # a writer that left a null value out
+    if columns and draw(st.integers(0, 9)) == 0:
+        del body["partitionValues"][columns[0]]  # a writer that left a null value out
     return {kind: body}
 
 
 @st.composite
-def commit(draw: Any, version: int) -> bytes:
+def commit(draw: Any, version: int, table: dict[str, Any]) -> bytes:
+    """Commit `version` of a table whose partition columns and protocol features are in
+    `table` (updated when the commit changes them)."""
     actions: list[dict[str, Any]] = [{"commitInfo": {"operation": "WRITE", "v": version}}]
     if version == 0:
         actions += [PROTOCOL, METADATA]
-    actions += draw(st.lists(file_action(), max_size=8))
+    elif draw(st.integers(0, 5)) == 0:  # a protocol upgrade or a new partitioning mid-log
+        action = draw(
+            st.one_of(
+                st.sampled_from(FEATURED),
+                st.sampled_from([[], ["q"], COLUMNS]).map(metadata_partitioned_by),
+                st.just(METADATA),
+            )
+        )
+        actions.append(action)
+        if "protocol" in action:
+            table["features"] = set(action["protocol"]["writerFeatures"])
+        else:
+            table["columns"] = action["metaData"]["partitionColumns"]
+    file_actions = file_action(table["columns"], table["features"])
+    actions += draw(st.lists(file_actions, max_size=8))
     if draw(st.integers(0, 4)) == 0:
         actions.append({"txn": {"appId": draw(names), "version": version}})
     lines = []
@@ -97,7 +144,8 @@ def commit(draw: Any, version: int) -> bytes:
 @st.composite
 def logs(draw: Any) -> list[bytes]:
     n = draw(st.integers(1, 6))
-    return [draw(commit(v)) for v in range(n)]
+    table: dict[str, Any] = {"columns": COLUMNS, "features": set()}
+    return [draw(commit(v, table)) for v in range(n)]
 
 
 def replayed(batches: list[LogBatch]) -> tuple[list[Any], list[Any], dict[str, int]]:
@@ -131,7 +179,7 @@ def replayed(batches: list[LogBatch]) -> tuple[list[Any], list[Any], dict[str, i
 def test_the_decoder_replays_like_the_per_line_parser(log: list[bytes]) -> None:
     commits = [(data, f"{v:020d}.json") for v, data in enumerate(log)]
     expected = [parse_log_batch(data, source) for data, source in commits]
-    decoded = decode_commits(commits, None)
+    decoded = decode_commits(commits, None, None)
     assert replayed(decoded) == replayed(expected)
     for got, want in zip(decoded, expected, strict=True):
         assert got.commit_info == want.commit_info
@@ -142,7 +190,7 @@ def test_a_run_of_commits_is_decoded_columnar() -> None:
     first = b"\n".join(json.dumps(a).encode() for a in (PROTOCOL, METADATA)) + b"\n"
     add = {"add": {"path": "f.parquet", "partitionValues": {"p": "1", "q": None}, "size": 1}}
     later = [(json.dumps(add).encode(), f"{v}.json") for v in range(1, 4)]
-    batches = decode_commits([(first, "0.json"), *later], None)
+    batches = decode_commits([(first, "0.json"), *later], None, None)
     assert [b.add_rows for b in batches[1:]] == [[], [], []]  # no JSON rows kept
     assert batches[1].add_array().to_pylist()[0]["partitionValues"] == [("p", "1"), ("q", None)]
 
@@ -160,7 +208,11 @@ def test_a_run_of_commits_is_decoded_columnar() -> None:
 def test_bad_commits_get_the_per_line_parsers_errors(data: bytes, message: str) -> None:
     commits = [(data, "00000000000000000001.json")]
     with pytest.raises(CorruptLogError, match=message):
-        batches = decode_commits(commits, COLUMNS)
+        batches = decode_commits(
+            commits,
+            Metadata.from_json_dict(METADATA["metaData"]),
+            Protocol.from_json_dict(PROTOCOL["protocol"]),
+        )
         for batch in batches:
             batch.add_array()
 
@@ -202,7 +254,44 @@ def test_column_mapped_partition_values_are_read_by_physical_name() -> None:
     }
     first = b"\n".join(json.dumps(a).encode() for a in (PROTOCOL, metadata)) + b"\n"
     add = {"add": {"path": "f.parquet", "partitionValues": {"col-1a": "2024-01-01"}, "size": 1}}
-    batches = decode_commits([(first, "0.json"), (json.dumps(add).encode(), "1.json")], None)
+    batches = decode_commits([(first, "0.json"), (json.dumps(add).encode(), "1.json")], None, None)
     assert batches[1].add_rows == []  # decoded columnar
     values = batches[1].add_array().to_pylist()[0]["partitionValues"]
     assert values == [("col-1a", "2024-01-01")]
+
+
+def test_commits_after_a_protocol_upgrade_are_read_with_its_fields() -> None:
+    """A protocol that adds deletion vectors and row tracking mid-log: the commits after it are
+    still decoded columnar, with those fields; those before it without them."""
+    first = b"\n".join(json.dumps(a).encode() for a in (PROTOCOL, METADATA)) + b"\n"
+    add: dict[str, Any] = {"path": "f.parquet", "partitionValues": {"p": "1", "q": None}, "size": 1}
+    dv = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f", "offset": None}
+    dv |= {"sizeInBytes": 40, "cardinality": 2}
+    with_fields = {**add, "deletionVector": dv, "baseRowId": 7, "defaultRowCommitVersion": 3}
+    commits = [
+        (first, "0.json"),
+        (json.dumps({"add": add}).encode(), "1.json"),
+        (json.dumps(FEATURED[0]).encode(), "2.json"),
+        (json.dumps({"add": with_fields}).encode(), "3.json"),
+        (json.dumps({"add": {**with_fields, "path": "g.parquet"}}).encode(), "4.json"),
+    ]
+    batches = decode_commits(commits, None, None)
+    assert [b.add_rows for b in batches[3:]] == [[], []]  # columnar after the upgrade
+    got = batches[3].add_array().to_pylist()[0]
+    assert got["deletionVector"]["cardinality"] == 2 and got["deletionVector"]["offset"] is None
+    assert (got["baseRowId"], got["defaultRowCommitVersion"]) == (7, 3)
+    assert replayed(batches) == replayed([parse_log_batch(*c) for c in commits])
+
+
+def test_a_new_partitioning_mid_log_reads_the_later_commits_by_its_columns() -> None:
+    first = b"\n".join(json.dumps(a).encode() for a in (PROTOCOL, METADATA)) + b"\n"
+    add = {"add": {"path": "f.parquet", "partitionValues": {"q": "x"}, "size": 1}}
+    evolved = {"commitInfo": {}}, metadata_partitioned_by(["q"])
+    commits = [
+        (first, "0.json"),
+        (b"\n".join(json.dumps(a).encode() for a in evolved), "1.json"),
+        (json.dumps(add).encode(), "2.json"),
+    ]
+    batches = decode_commits(commits, None, None)
+    assert batches[2].add_rows == []
+    assert batches[2].add_array().to_pylist()[0]["partitionValues"] == [("q", "x")]
