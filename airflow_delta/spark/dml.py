@@ -1,0 +1,380 @@
+"""DELETE and UPDATE by predicate on Spark (delta-spark's DeleteCommand and UpdateCommand,
+without deletion vectors): for the predicates and assignments the in-process commands
+(`engine/commands/dml.py`) do not evaluate, such as arithmetic and function calls.
+
+    result = delete(spark, "/data/events", "upper(country) = 'FR' AND day < '2024-01-01'")
+    print(result.version, result.metrics["numDeletedRows"])  # a CommitResult
+
+Both run in one transaction of the engine:
+
+1. the conjuncts of the predicate that the engine parses select the candidate files through
+   `filter_files_arrow` (partition values, and data skipping by the files' stats). It records
+   them as the transaction's read predicate (the predicate implies them, so a concurrent write
+   that may hold matching rows conflicts) and the files as read; with no such conjunct the
+   whole table is read;
+2. one Spark job counts, per candidate file, its live rows and the rows the predicate matches
+   (Spark SQL over the table's columns; a NULL result does not match);
+3. the files holding matching rows (touched) are removed. DELETE removes a file whose every
+   live row matches without reading it again and rewrites the others without the matching
+   rows; UPDATE rewrites every touched file, the assignments applied to the matching rows
+   (cast to the column's type; generated columns recomputed, identity columns never set).
+   The rows are written by `write_files` (table constraints, generated and identity columns);
+   on a change-data-feed table each deleted row, and each updated row before and after, also
+   goes to `_change_data` files in the same tasks (`write_change_files`);
+4. the commit (operation DELETE or UPDATE) carries delta-spark's metrics under the names the
+   in-process commands use. When nothing matches nothing is committed (the result is skipped,
+   with the metrics), unless the commit properties carry app transactions, which then land in
+   an empty commit.
+
+Existing deletion vectors are applied when reading; the files written here carry none. Only
+DataFrame APIs are used, so a Spark Connect session works too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from airflow_delta.engine.commands.command_transaction import command_transaction
+from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
+from airflow_delta.engine.delta_log import DeltaLog
+from airflow_delta.engine.errors import (
+    IdentityColumnError,
+    InvalidPredicateError,
+    TableNotFoundError,
+)
+from airflow_delta.engine.expressions.tokens import quote_identifier, split_conjuncts
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow
+from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile, Operation
+from airflow_delta.engine.protocol.features import change_data_feed_enabled, check_writer_support
+from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
+from airflow_delta.spark.read import scan_files
+from airflow_delta.spark.write import write_change_files, write_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["delete", "pruning_predicates", "update"]
+
+log = logging.getLogger(__name__)
+
+_FILE = "__delta_dml_file"
+_MATCHED = "__delta_dml_matched"
+_BEFORE = "__delta_dml_preimage"
+
+Table = str | DeltaLog | OptimisticTransaction
+
+
+@dataclass
+class _Scan:
+    """One DELETE or UPDATE on Spark: its transaction, the candidate files, the row condition
+    and, per touched file (by log path), its live rows and the rows that match."""
+
+    spark: SparkSession
+    operation: Operation
+    txn: OptimisticTransaction
+    files: pa.StructArray
+    matched: Column
+    counts: dict[str, tuple[int, int]]
+    started: float
+    scan_ms: int
+
+    def touched(self, whole: bool | None = None) -> pa.StructArray:
+        """The touched files; only those whose every live row matches (`whole=True`) or
+        those with rows left (`whole=False`)."""
+        paths = [p for p, (n, m) in self.counts.items() if whole is None or (n == m) == bool(whole)]
+        return self.files.filter(pc.is_in(self.files.field("path"), pa.array(paths, pa.string())))
+
+    def rows(self, files: pa.StructArray) -> DataFrame:
+        """The live rows of `files`, with `_MATCHED`: whether the predicate holds."""
+        data = scan_files(self.spark, self.txn.snapshot, files)
+        return data.withColumn(_MATCHED, self.matched)
+
+
+def pruning_predicates(txn: OptimisticTransaction, predicate: str | None) -> list[str]:
+    """The conjuncts of `predicate` that the engine parses (to select candidate files by
+    partition values and stats); the others are left to Spark.
+
+    Example: `pruning_predicates(txn, "p = 'a' AND upper(s) = 'X'")` -> `["p = 'a'"]`.
+    """
+    found = []
+    for conjunct in split_conjuncts(predicate) if predicate else []:
+        try:
+            txn.parse_file_predicate(conjunct)
+        except InvalidPredicateError:
+            continue
+        found.append(conjunct)
+    return found
+
+
+def _operation(name: str, predicate: str | None) -> Operation:
+    """The operation as delta-spark records it (as the in-process commands do): DELETE's
+    predicate a JSON list of conditions, UPDATE's the condition (absent without one)."""
+    if name == "DELETE":
+        return Operation(name, {"predicate": json.dumps([predicate] if predicate else [])})
+    return Operation(name, {"predicate": predicate} if predicate else {})
+
+
+def _start(
+    name: str,
+    spark: SparkSession,
+    table: Table,
+    predicate: str | None,
+    storage_options: Mapping[str, str] | None,
+    commit_properties: CommitProperties | None,
+) -> _Scan | CommitResult:
+    """The scan of a DELETE or UPDATE (`name`), or the skipped result of one whose app
+    transactions the table already holds."""
+    started = time.monotonic()
+    if isinstance(table, DeltaLog):
+        storage_options, table = table.storage_options, table.table_uri
+    txn = command_transaction(name, table, storage_options, commit_properties)
+    operation = _operation(name, predicate)
+    if txn.already_committed():
+        return txn.result(None, operation)
+    if txn.read_version < 0:
+        raise TableNotFoundError(
+            f"{name} of {txn.table}: no Delta table there. Create it first (write_delta or "
+            "DeltaLog.create_table)."
+        )
+    check_writer_support(txn.protocol, txn.table, txn.metadata)
+    files = txn.filter_files_arrow(pruning_predicates(txn, predicate) or None)
+    matched = F.coalesce(F.expr(predicate), F.lit(False)) if predicate else F.lit(True)
+    counts: dict[str, tuple[int, int]] = {}
+    if len(files):
+        rows = scan_files(spark, txn.snapshot, files, file_column=_FILE)
+        per_file = (
+            rows.groupBy(_FILE)
+            .agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(matched, 1)).alias("matched"))
+            .where(F.col("matched") > 0)
+            .collect()
+        )
+        counts = {r[_FILE]: (int(r["rows"]), int(r["matched"])) for r in per_file}
+    scan_ms = _ms_since(started)
+    return _Scan(spark, operation, txn, files, matched, counts, started, scan_ms)
+
+
+def _commit(
+    scan: _Scan, adds: list[AddFile], cdcs: list[AddCDCFile], metrics: dict[str, int]
+) -> CommitResult:
+    """Commit the written files, the removes of the touched files and the metrics."""
+    txn, rewrite_started = scan.txn, time.monotonic()
+    removed = add_files_from_arrow(scan.touched())
+    now = int(time.time() * 1000)
+    actions: list[Action] = [*adds, *cdcs, *(f.remove(now) for f in removed)]
+    metrics |= {
+        "numRemovedFiles": len(removed),
+        "numAddedFiles": len(adds),
+        "numAddedChangeFiles": len(cdcs),
+        "numAddedBytes": sum(a.size for a in adds),
+        "numRemovedBytes": sum(f.size for f in removed),
+        "numDeletionVectorsAdded": 0,
+        "numDeletionVectorsRemoved": sum(1 for f in removed if f.deletion_vector is not None),
+        "numDeletionVectorsUpdated": 0,
+        "scanTimeMs": scan.scan_ms,
+        "rewriteTimeMs": _ms_since(rewrite_started) + metrics.pop("rewriteTimeMs", 0),
+        "executionTimeMs": _ms_since(scan.started),
+    }
+    operation = Operation(scan.operation.name, scan.operation.parameters, metrics)
+    if not actions and not txn.properties.app_transactions:
+        log.info("%s of %s matched no row: nothing to commit", operation.name, txn.table)
+        return txn.result(None, operation)
+    result = txn.commit(actions, operation)
+    log.info(
+        "%s of %s on Spark committed version %s: %s",
+        operation.name,
+        txn.table,
+        result.version,
+        {k: v for k, v in metrics.items() if not k.endswith("TimeMs")},
+    )
+    return result
+
+
+def _write(
+    scan: _Scan, output: DataFrame | None, changes: bool
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """Write `output` (None: nothing) to data files, or with `changes` to data and change
+    data files by CHANGE_TYPE_COLUMN."""
+    if output is None:
+        return [], []
+    if changes:
+        return write_change_files(scan.txn, output)
+    return write_files(scan.txn, output), []
+
+
+# -- DELETE -----------------------------------------------------------------------------------
+
+
+def delete(
+    spark: SparkSession,
+    table: Table,
+    predicate: str | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> CommitResult:
+    """Delete the rows of the Delta table `table` (a URI, a DeltaLog, or a transaction started
+    on it) that satisfy `predicate` (Spark SQL over its columns; None deletes every row), on
+    Spark.
+
+    Files whose rows all match are removed whole; the other touched files are rewritten
+    without the deleted rows. Returns the commit's CommitResult, delta-spark's metrics in
+    `result.metrics` (numDeletedRows, numRemovedFiles, numAddedFiles, numCopiedRows,
+    numAddedChangeFiles, ...); skipped (version None) when no row matched.
+
+    Example: `delete(spark, "s3://bucket/events", "lower(email) LIKE '%@example.com'")`.
+    """
+    scan = _start("DELETE", spark, table, predicate, storage_options, commit_properties)
+    if isinstance(scan, CommitResult):
+        return scan
+    started = time.monotonic()
+    partial = scan.touched(whole=False)
+    touched = scan.touched()
+    # change data files only when a file keeps rows (else readers take the removes as deletes;
+    # readers other than delta-spark do not apply a removed file's deletion vector)
+    with_dvs = pc.struct_field(touched, "deletionVector").null_count < len(touched)
+    changes = change_data_feed_enabled(scan.txn.protocol, scan.txn.metadata) and bool(
+        len(partial) or with_dvs
+    )
+    output = None
+    if changes:
+        rows = scan.rows(touched)
+        change = F.when(F.col(_MATCHED), F.lit("delete")).alias(CHANGE_TYPE_COLUMN)
+        output = rows.select(*_table_columns(rows), change)
+    elif len(partial):
+        rows = scan.rows(partial)
+        output = rows.where(~F.col(_MATCHED)).select(*_table_columns(rows))
+    adds, cdcs = _write(scan, output, changes)
+    metrics = {
+        "numDeletedRows": sum(m for _, m in scan.counts.values()),
+        "numCopiedRows": sum(n - m for n, m in scan.counts.values()),
+        "rewriteTimeMs": _ms_since(started),
+    }
+    return _commit(scan, adds, cdcs, metrics)
+
+
+def _table_columns(rows: DataFrame) -> list[Column]:
+    """The table's columns of `rows` (the internal ones left out)."""
+    return [F.col(quote_identifier(c)) for c in rows.columns if c != _MATCHED]
+
+
+# -- UPDATE -----------------------------------------------------------------------------------
+
+
+def update(
+    spark: SparkSession,
+    table: Table,
+    set: Mapping[str, str],
+    predicate: str | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+) -> CommitResult:
+    """Set columns of the rows of the Delta table `table` (a URI, a DeltaLog, or a
+    transaction started on it) that satisfy `predicate` (Spark SQL over its columns; None
+    updates every row), on Spark. `set` maps columns to Spark SQL expressions over the row's
+    columns (any: arithmetic, function calls, CASE, ...), cast to the column's type.
+
+    Every touched file is rewritten. Returns the commit's CommitResult, delta-spark's metrics
+    in `result.metrics` (numUpdatedRows, numCopiedRows, numRemovedFiles, numAddedFiles,
+    numAddedChangeFiles, ...); skipped (version None) when no row matched. Raises ValueError
+    for an unknown column and IdentityColumnError for an identity column in `set`.
+
+    Example: `update(spark, uri, {"amount": "amount * 2", "name": "upper(name)"},
+    "day = '2024-06-30'")`.
+    """
+    if not set or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items()):
+        raise ValueError(f"UPDATE assignments must map column names to SQL expressions: {set!r}")
+    scan = _start("UPDATE", spark, table, predicate, storage_options, commit_properties)
+    if isinstance(scan, CommitResult):
+        return scan
+    started = time.monotonic()
+    txn = scan.txn
+    assigned = _assignments(txn, set)
+    changes = change_data_feed_enabled(txn.protocol, txn.metadata)
+    touched = scan.touched()
+    output = None
+    if len(touched):
+        output = _updated_rows(scan.rows(touched), txn, assigned, changes)
+    adds, cdcs = _write(scan, output, changes and output is not None)
+    metrics = {
+        "numUpdatedRows": sum(m for _, m in scan.counts.values()),
+        "numCopiedRows": sum(n - m for n, m in scan.counts.values()),
+        "rewriteTimeMs": _ms_since(started),
+    }
+    return _commit(scan, adds, cdcs, metrics)
+
+
+def _assignments(txn: OptimisticTransaction, set: Mapping[str, str]) -> dict[str, str]:
+    """`set` by the table's column names (matched without regard to case, backquotes taken
+    off); ValueError for an unknown or twice assigned column, IdentityColumnError for an
+    identity column."""
+    names = [f.name for f in txn.metadata.schema]
+    by_lower = {name.lower(): name for name in names}
+    assigned: dict[str, str] = {}
+    for key, sql in set.items():
+        name = key.strip()
+        if len(name) > 1 and name[0] == name[-1] == "`":
+            name = name[1:-1].replace("``", "`")
+        column = by_lower.get(name.lower())
+        if column is None or column in assigned:
+            problem = "is not a column of" if column is None else "is assigned twice in"
+            raise ValueError(
+                f"UPDATE of {txn.table}: {key!r} {problem} the table (columns: {', '.join(names)})"
+            )
+        assigned[column] = sql
+    for identity in identity_columns(txn.metadata):
+        if identity.name in assigned:
+            raise IdentityColumnError(
+                f"UPDATE of {txn.table}: identity column {identity.name} cannot be updated; "
+                "leave it out of the assignments."
+            )
+    return assigned
+
+
+def _updated_rows(
+    rows: DataFrame, txn: OptimisticTransaction, assigned: Mapping[str, str], changes: bool
+) -> DataFrame:
+    """The rows of the touched files, the assignments applied to the matching ones; generated
+    columns of the updated rows NULL (`write_files` computes them). With `changes`, with
+    CHANGE_TYPE_COLUMN: NULL for a copied row, `update_postimage` for an updated one, and an
+    `update_preimage` row (the row as it was) besides each."""
+    generated = set(generated_columns(txn.metadata)) - set(assigned)
+    updating = F.col(_MATCHED)
+    extra: list[Column] = []
+    if changes:
+        twice = F.array(F.lit(True), F.lit(False))
+        before = F.when(F.col(_MATCHED), twice).otherwise(F.array(F.lit(False)))
+        rows = rows.withColumn(_BEFORE, F.explode(before))
+        updating = F.col(_MATCHED) & ~F.col(_BEFORE)
+        change = F.when(F.col(_BEFORE), F.lit("update_preimage")).when(
+            F.col(_MATCHED), F.lit("update_postimage")
+        )
+        extra.append(change.alias(CHANGE_TYPE_COLUMN))
+    columns = []
+    for field in rows.schema.fields:
+        if field.name in (_MATCHED, _BEFORE):
+            continue
+        current = F.col(quote_identifier(field.name))
+        if field.name in assigned:
+            value = F.expr(assigned[field.name]).cast(field.dataType)
+            current = F.when(updating, value).otherwise(current)
+        elif field.name in generated:
+            current = F.when(updating, F.lit(None).cast(field.dataType)).otherwise(current)
+        columns.append(current.alias(field.name))
+    return rows.select(*columns, *extra)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
