@@ -16,10 +16,11 @@ It takes the MERGEs most pipelines run: a condition that is an AND of equalities
 target and a source column (plus `t.<partition> = <literal>` or `IN (<literals>)`), clause
 conditions made of comparisons, IN, BETWEEN, IS [NOT] NULL and AND/OR/NOT over `t.x`, `s.x`
 and literals (the engine's predicates, with Spark's semantics), and assignments that are column
-references (`s.x`, `t.x`) or literals. Anything else, and tables whose data needs more than this
-reader (column mapping, deletion vectors in the candidate files, type changes, CHECK
-constraints or invariants), raises `UnsupportedMergeError` before anything is written: the
-Spark MERGE (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
+references (`s.x`, `t.x`) or literals. Candidate files with deletion vectors are read without
+their deleted rows and rewritten whole when touched. Anything else, and tables whose data needs
+more than this reader (column mapping, type changes, CHECK constraints or invariants), raises
+`UnsupportedMergeError` before anything is written: the Spark MERGE
+(`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
 """
 
 from __future__ import annotations
@@ -181,10 +182,6 @@ class ArrowMergeBuilder(MergeBuilder):
                 )
             )
         files = txn.filter_files_arrow(self._pruning_predicates(txn, conjuncts))
-        if pc.struct_field(files, "deletionVector").null_count != len(files):
-            raise UnsupportedMergeError(
-                f"MERGE into {self.target_uri}: candidate files have deletion vectors"
-            )
         size = pc.sum(pc.struct_field(files, "size")).as_py() or 0
         if size > MAX_IN_PROCESS_BYTES:
             raise UnsupportedMergeError(
@@ -298,6 +295,7 @@ class ArrowMergeBuilder(MergeBuilder):
         tasks: list[Callable[[], pa.Table | ChangeRows]] = []
         paths = pc.struct_field(files, "path")
         values = pc.struct_field(files, "partitionValues")
+        dvs = pc.struct_field(files, "deletionVector")
         for i in np.flatnonzero(found.touched):
             start, end = int(found.starts[i]), int(found.starts[i] + found.lengths[i])
             low, high = np.searchsorted(found.rows, [start, end])
@@ -305,7 +303,7 @@ class ArrowMergeBuilder(MergeBuilder):
                 functools.partial(
                     self._file_changes,
                     reader,
-                    (paths[i].as_py(), values[i].as_py()),
+                    (paths[i].as_py(), values[i].as_py(), dvs[i].as_py()),
                     slice(start, end),
                     slice(low, high),
                     found,
@@ -331,7 +329,7 @@ class ArrowMergeBuilder(MergeBuilder):
     @staticmethod
     def _file_changes(
         reader: FileReader,
-        file: tuple[str, Any],
+        file: tuple[str, Any, Any],
         rows: slice,
         pairs: slice,
         found: _Matches,
@@ -339,10 +337,14 @@ class ArrowMergeBuilder(MergeBuilder):
         clauses: dict[str, list[_Clause]],
         cdf: bool,
     ) -> pa.Table | ChangeRows:
-        """The rows of one touched `file` (path, partition values; `rows` of the candidates,
-        `pairs` of the matching pairs) after the clauses; with `cdf`, and their changes (the
-        updated rows before and after, the deleted rows)."""
-        data = reader.read_file(*file, reader.table.names)
+        """The rows of one touched `file` (path, partition values, deletion vector; `rows` of
+        the candidates, `pairs` of the matching pairs) after the clauses, without the rows its
+        deletion vector deletes; with `cdf`, and their changes (the updated rows before and
+        after, the deleted rows)."""
+        path, partition, dv = file
+        data = reader.read_file(path, partition, reader.table.names)
+        if dv is not None:
+            data = data.filter(pa.array(reader.kept(dv, data.num_rows)))
         parts, changes = [], []
         local = found.rows[pairs] - rows.start
         action = found.pair_action[pairs]
