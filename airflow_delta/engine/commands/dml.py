@@ -65,9 +65,10 @@ from airflow_delta.engine.errors import (
     TableNotFoundError,
     UnsupportedCommandError,
 )
-from airflow_delta.engine.expressions.parser import parse, parse_value
+from airflow_delta.engine.expressions.parser import parse_value
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.expressions.tree import Expr
+from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.features import (
@@ -170,8 +171,9 @@ def _plan(
         )
     check_writer_support(txn.protocol, txn.table, txn.metadata)
     schema = _table_schema(name, txn)
-    row_predicate = None if predicate is None else _row_predicate(txn, predicate)
-    files = txn.filter_files_arrow(predicate)
+    parsed = txn.parse_file_predicate(predicate)  # once, for the files and for the rows
+    rows = None if predicate is None else PartitionPredicate(predicate, parsed.root, parsed.used)
+    files = _candidates(txn, parsed)
     configuration = txn.metadata.configuration
     use_dvs = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
     use_dvs = use_dvs and "deletionVectors" in writer_features(txn.protocol)
@@ -179,7 +181,7 @@ def _plan(
         operation,
         txn,
         schema,
-        row_predicate,
+        rows,
         files,
         FileReader(txn, schema),
         DeletionVectorWriter(txn.location) if use_dvs else None,
@@ -224,10 +226,16 @@ def _column_types(txn: OptimisticTransaction) -> dict[str, str]:
     return {f["name"]: f["type"] for f in fields if isinstance(f["type"], str)}
 
 
-def _row_predicate(txn: OptimisticTransaction, text: str) -> PartitionPredicate:
-    """`text` as a condition on rows over any of the table's columns."""
-    root, used = parse(text, {}, _column_types(txn))
-    return PartitionPredicate(text, root, used)
+def _candidates(txn: OptimisticTransaction, predicate: PartitionPredicate) -> pa.StructArray:
+    """The active files that may hold rows satisfying `predicate` (parsed by
+    `txn.parse_file_predicate`), recorded as read as `txn.filter_files_arrow` records them:
+    the parsed predicate serves the rows too (a 2,000-value IN list is not parsed twice)."""
+    files = txn.snapshot.files()
+    if not predicate.matches_all():
+        files = files.filter(predicate.evaluate(files))
+    txn.read_predicates.append(predicate)
+    txn.track_files_read(files)
+    return files
 
 
 # -- finding the touched files ----------------------------------------------------------------
@@ -265,7 +273,10 @@ def _scan(plan: _Plan) -> list[_Touched]:
 def _physical_rows(plan: _Plan) -> npt.NDArray[np.int64]:
     """Rows each candidate file holds: its stats' numRecords, else its parquet footer."""
     counts = stats_num_records(pc.struct_field(plan.files, "stats"))
-    rows = np.asarray(pc.fill_null(counts, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if not len(counts):
+        return np.zeros(0, dtype=np.int64)
+    filled = pc.fill_null(counts.cast(pa.int64()), columnar.scalar(-1, pa.int64()))
+    rows = np.array(columnar.int_values(filled), dtype=np.int64)  # no pandas shim
     missing = np.flatnonzero(rows < 0)
     if len(missing):
         paths = pc.struct_field(plan.files, "path").to_pylist()
@@ -303,7 +314,7 @@ def _live_rows(plan: _Plan, file: AddFile, touched: _Touched) -> tuple[pa.Table,
     if touched.matched is not None:
         matched[:] = False
         matched[touched.matched.astype(np.int64)] = True
-    return data.filter(pa.array(keep)), matched[keep]
+    return data.filter(columnar.bool_mask(keep)), matched[keep]
 
 
 def _with_deletion_vector(plan: _Plan, file: AddFile, touched: _Touched) -> AddFile:
@@ -408,7 +419,7 @@ def delete(
     if isinstance(plan, CommitResult):
         return plan
     touched = _scan(plan)
-    files = add_files_from_arrow(plan.files.take(pa.array([t.index for t in touched], pa.int64())))
+    files = add_files_from_arrow(plan.files.take(_indexes(touched)))
     changes = _Changes()
     # change data files only when a file keeps rows: else readers take the removes as deletes
     # (readers other than delta-spark do not apply a removed file's deletion vector)
@@ -433,11 +444,11 @@ def _rows_left(
     """The rows a touched file keeps when it is rewritten; with `cdf`, and the deleted rows
     as changes."""
     data, matched = _live_rows(plan, file, touched)
-    left = data.filter(pa.array(~matched)) if rewrite else None
+    left = data.filter(columnar.bool_mask(~matched)) if rewrite else None
     if not cdf:
         assert left is not None
         return left
-    return ChangeRows(left, with_change_type(data.filter(pa.array(matched)), "delete"))
+    return ChangeRows(left, with_change_type(data.filter(columnar.bool_mask(matched)), "delete"))
 
 
 # -- UPDATE -----------------------------------------------------------------------------------
@@ -473,7 +484,7 @@ def update(
     assign = _assigner(plan, set)
     assign(plan.schema.empty_table(), None)  # every assignment fits its column: fail early
     touched = _scan(plan)
-    files = add_files_from_arrow(plan.files.take(pa.array([t.index for t in touched], pa.int64())))
+    files = add_files_from_arrow(plan.files.take(_indexes(touched)))
     changes = _Changes()
     updated: list[tuple[int, Callable[[], pa.Table | ChangeRows]]] = []  # (rows, task): updated
     for file, t in zip(files, touched, strict=True):
@@ -503,7 +514,7 @@ def _rows_updated(
     matching ones updated), else only the matching rows, updated; on a change-data-feed
     table with the matching rows before and after as changes."""
     data, matched = _live_rows(plan, file, touched)
-    mask = pa.array(matched)
+    mask = columnar.bool_mask(matched)
     output = assign(data, matched) if rewrite else assign(data.filter(mask), None)
     if not plan.change_data:
         return output
@@ -571,7 +582,9 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
                 expr, used = parsed[f.name]
                 value = expr.evaluate({c: data.column(c) for c in used})
                 value = _stored(value, f, data.num_rows, table)
-                column = value if mask is None else pc.if_else(pa.array(mask), value, column)
+                if mask is not None:
+                    value = pc.if_else(columnar.bool_mask(mask), value, column)
+                column = value
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=plan.schema)
 
@@ -625,6 +638,11 @@ def _concatenated(tasks: list[Callable[[], pa.Table | ChangeRows]]) -> pa.Table 
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _indexes(touched: list[_Touched]) -> pa.Array:
+    """The touched files' indexes in the candidates, as an Arrow array for `take`."""
+    return columnar.int_array(np.array([t.index for t in touched], dtype=np.int64))
 
 
 def _threads(tasks: int) -> int:

@@ -43,6 +43,7 @@ from airflow_delta.engine.expressions.parser import PartitionColumns, UsedColumn
 from airflow_delta.engine.expressions.predicates import (
     TRUE,
     PartitionPredicate,
+    numpy_mask,
     partition_arrays,
 )
 from airflow_delta.engine.expressions.tree import (
@@ -78,6 +79,9 @@ _EXACT = frozenset({"integer", "date", "boolean"})
 _MAX_IN_VALUES = 64
 _MAX_READS = 64  # JSON reads spent finding the files whose stats do not parse
 _MS = 1000  # microseconds
+# scalars for compute functions: a Python value would import pandas (pyarrow's shim, 0.3 s)
+_TRUE = columnar.scalar(True, pa.bool_())
+_FALSE = columnar.scalar(False, pa.bool_())
 
 
 class FilePredicate(PartitionPredicate):
@@ -194,9 +198,9 @@ def _json_lines(stats: pa.Array) -> _Lines:
     """The stats strings as JSON lines ('{}' for a file without stats)."""
     stats = pc.replace_substring(stats.cast(pa.large_string()), "\n", " ")
     stats = pc.replace_substring(stats, "\r", " ")
-    empty = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(stats), ""), True)
-    stats = pc.if_else(empty, columnar.scalar("{}", pa.string()).cast(pa.large_string()), stats)
     nothing = columnar.scalar("", pa.string()).cast(pa.large_string())
+    empty = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(stats), nothing), _TRUE)
+    stats = pc.if_else(empty, columnar.scalar("{}", pa.string()).cast(pa.large_string()), stats)
     newline = columnar.scalar("\n", pa.string()).cast(pa.large_string())
     lines = pc.binary_join_element_wise(stats, nothing, newline)  # each ends with a newline
     _, offsets_buffer, data = lines.buffers()
@@ -275,7 +279,7 @@ def _column_stats(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return ColumnStats(family, None, None, null_count)
     if family == "floating":  # a NaN bound says nothing: no stats for that file
-        nan = pc.fill_null(pc.or_kleene(pc.is_nan(low), pc.is_nan(high)), False)
+        nan = pc.fill_null(pc.or_kleene(pc.is_nan(low), pc.is_nan(high)), _FALSE)
         low = pc.if_else(nan, pa.nulls(1, low.type)[0], low)
         high = pc.if_else(nan, pa.nulls(1, high.type)[0], high)
     return ColumnStats(family, low, high, null_count)
@@ -318,7 +322,7 @@ def _may(node: Expr, negated: bool, scope: _Scope) -> Mask:
         wanted = columnar.scalar(not negated, pa.bool_())
         if isinstance(result, pa.Scalar):
             return scope.all(result.as_py() is (not negated))
-        return _mask(pc.fill_null(pc.equal(result, wanted), False))
+        return _mask(pc.fill_null(pc.equal(result, wanted), _FALSE))
     if isinstance(node, Not):
         return _may(node.operand, not negated, scope)
     if isinstance(node, And | Or):
@@ -414,7 +418,7 @@ def _may_hold_one_of(
         return None
     if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
         return None
-    keys = np.unique(_as_numbers(values))
+    keys = np.sort(_as_numbers(values))  # duplicates do not matter to searchsorted
     if not len(keys):
         return scope.all(False)
     lows, highs = _as_numbers(low), _as_numbers(high)
@@ -440,11 +444,12 @@ def _may_null(name: str, is_null: bool, scope: _Scope) -> Mask:
     if column is None or column.null_count is None:
         return scope.all(True)
     if is_null:
-        return _mask(pc.fill_null(pc.greater(column.null_count, 0), True))
+        zero = columnar.scalar(0, column.null_count.type)
+        return _mask(pc.fill_null(pc.greater(column.null_count, zero), _TRUE))
     records = scope.stats.num_records
     if records is None:
         return scope.all(True)
-    return _mask(pc.fill_null(pc.less(column.null_count, records), True))
+    return _mask(pc.fill_null(pc.less(column.null_count, records), _TRUE))
 
 
 def _may_op(name: str, op: str, value: pa.Scalar, cast: pa.DataType | None, scope: _Scope) -> Mask:
@@ -467,14 +472,14 @@ def _may_op(name: str, op: str, value: pa.Scalar, cast: pa.DataType | None, scop
         if column.family not in _EXACT:
             return not_all_null
         same = pc.and_(pc.equal(low, value), pc.equal(high, value))
-        return not_all_null & ~_mask(pc.fill_null(same, False))
+        return not_all_null & ~_mask(pc.fill_null(same, _FALSE))
     result = None
     if op in ("=", "<", "<="):
         result = compare("<=" if op == "=" else op, low, value)
     if op in ("=", ">", ">="):
         above = _above(">=" if op == "=" else op, high, value, column.family)
         result = above if result is None else pc.and_kleene(result, above)
-    return not_all_null & _mask(pc.fill_null(result, True))
+    return not_all_null & _mask(pc.fill_null(result, _TRUE))
 
 
 def _above(op: str, high: pa.Array, value: pa.Scalar, family: str) -> pa.Array:
@@ -523,5 +528,4 @@ def _columns(node: Expr) -> set[str]:
 
 
 def _mask(values: pa.Array) -> Mask:
-    mask: Mask = values.to_numpy(zero_copy_only=False).astype(bool, copy=False)
-    return mask
+    return numpy_mask(values)

@@ -9,7 +9,7 @@ tokenizing gives it as an "other" token, so that MERGE conditions can be split a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from airflow_delta.engine.errors import InvalidPredicateError
 
@@ -31,9 +31,9 @@ KEYWORDS = frozenset({"and", "or", "not", "in", "is", "null", "true", "false", "
 """The words of the predicate grammar: a column with such a name must be backquoted."""
 
 
-@dataclass(frozen=True)
-class Token:
-    """One token of a SQL text: its kind, its value and where it is (`text[start:end]`)."""
+class Token(NamedTuple):
+    """One token of a SQL text: its kind, its value and where it is (`text[start:end]`). A
+    named tuple: a 2,000-value IN list is 4,000 tokens, made quickly."""
 
     kind: str  # number, ident, string, quoted (a backquoted name), op, other (lenient) or end
     value: str  # identifiers and strings unquoted
@@ -70,7 +70,7 @@ def tokenize(text: str, *, lenient: bool = False) -> list[Token]:
         if match is None:
             raise InvalidPredicateError(text, _bad_character(text[pos], pos), pos)
         kind, raw, end = match.lastgroup or "other", match.group(), match.end()
-        if kind == "number" and _word_end(text, end) > end:
+        if kind == "number" and end < len(text) and _continues_word(text[end]):
             bad = text[pos : _word_end(text, pos)]
             if not lenient:
                 raise InvalidPredicateError(
@@ -124,6 +124,11 @@ def _unwrap(text: str) -> str | None:
         if depth == 0:
             return text[1:-1] if token.end == len(text) else None
     return None
+
+
+def _continues_word(char: str) -> bool:
+    """Whether `char` would continue a word (`_WORD`: \\w or a dot) after a number."""
+    return char.isalnum() or char in "_."
 
 
 def _word_end(text: str, pos: int) -> int:

@@ -143,12 +143,15 @@ class In:
 
     def evaluate(self, columns: Columns) -> Result:
         operand = self.operand.evaluate(columns)
-        result = _UNKNOWN if self.has_null else _FALSE
+        result: Result = _UNKNOWN if self.has_null else _FALSE
         if self.value_set is not None:
-            result = pc.or_kleene(pc.is_in(operand, value_set=self.value_set), result)
+            found = pc.is_in(operand, value_set=self.value_set)
+            result = pc.or_kleene(found, result) if self.has_null else found
         for other in self.others:
             result = pc.or_kleene(result, pc.equal(operand, other.evaluate(columns)))
-        return pc.if_else(pc.is_null(operand), _UNKNOWN, result)
+        if isinstance(result, pa.Scalar) or isinstance(operand, pa.Scalar) or operand.null_count:
+            return pc.if_else(pc.is_null(operand), _UNKNOWN, result)
+        return result  # no NULL operand: nothing is unknown but what the list makes so
 
 
 @dataclass(frozen=True)

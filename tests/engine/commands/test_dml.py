@@ -33,6 +33,7 @@ from airflow_delta.engine.errors import (
     UnsupportedCommandError,
 )
 from tests.engine.commands.dml_tables import SCHEMA, append, batch, create, expected, rows
+from tests.pandas_free import imports_pandas
 
 FIRST = batch(range(0, 40))
 SECOND = batch(range(40, 60))
@@ -67,7 +68,7 @@ def test_delete_writes_deletion_vectors(tmp_path: Path) -> None:
     assert rows(uri) == expected([FIRST, SECOND], lambda r: not (r["id"] < 10 and r["s"] == "s1"))
     actions = _log_actions(uri, 3)
     info = actions[0]["commitInfo"]
-    assert info["operationParameters"] == {"predicate": '["id < 10 AND s = \'s1\'"]'}
+    assert info["operationParameters"] == {"predicate": "[\"id < 10 AND s = 's1'\"]"}
     assert info["isBlindAppend"] is False and info["operationMetrics"]["numDeletedRows"] == "3"
     adds = [a["add"] for a in actions if "add" in a]
     removes = [a["remove"] for a in actions if "remove" in a]
@@ -129,6 +130,42 @@ def test_delete_everything_and_the_read_it_records(tmp_path: Path) -> None:
     assert [p.matches_all() for p in txn.read_predicates] == [True]
     assert _log_actions(uri, 3)[0]["commitInfo"]["operationParameters"]["predicate"] == "[]"
     assert rows(uri) == []
+
+
+def test_delete_parses_its_predicate_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one parse serves the file pruning and the rows (a long IN list costs its parse once)
+    from airflow_delta.engine.expressions import parser, skipping
+
+    uri = create(tmp_path / "t", FIRST, SECOND, dv=True)
+    texts: list[str] = []
+
+    def counted(text: str, *args: object) -> object:
+        texts.append(text)
+        return parser.parse(text, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(skipping, "parse", counted)
+    predicate = "id IN (" + ", ".join(str(i) for i in range(0, 60, 5)) + ") AND s = 's1'"
+    txn = DeltaLog.for_table(uri).start_transaction()
+    result = delete(txn, predicate)
+    assert texts == [predicate]
+    assert [p.text for p in txn.read_predicates] == [predicate]
+    assert result.metrics["numDeletedRows"] == 4  # ids 10, 25, 40 and 55
+    assert rows(uri) == expected(
+        [FIRST, SECOND], lambda r: not (r["id"] % 5 == 0 and r["s"] == "s1")
+    )
+
+
+def test_delete_does_not_import_pandas(tmp_path: Path) -> None:
+    # pyarrow imports pandas (0.3 s) to convert a Python value: the engine passes Arrow scalars
+    uri = create(tmp_path / "t", FIRST, SECOND, dv=True)
+    script = (
+        "import sys\n"
+        "from airflow_delta.engine import delete\n"
+        f"m = delete({uri!r}, 'id IN (1, 2, 50) OR k IS NULL').metrics\n"
+        "assert m['numDeletedRows'] == 3, m\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    assert not imports_pandas(script)
 
 
 def test_nothing_matched_commits_nothing(tmp_path: Path) -> None:

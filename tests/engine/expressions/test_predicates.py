@@ -379,3 +379,23 @@ def test_floating_point_partitions_compare_as_spark_does(
     )
     parsed = PartitionPredicate.parse(predicate, {"f": "double"})
     assert parsed.evaluate(files).to_pylist() == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "without_nulls", "with_a_null"),
+    [
+        ("n IN (1, 3)", [True, False, True], [True, False, True]),
+        ("NOT n IN (1)", [False, True, True], [False, False, True]),
+        ("n NOT IN (3, NULL)", [False, False, False], [False, False, False]),
+        ("n IN (3, NULL)", [False, False, True], [False, False, True]),
+        ("NOT (n IN (NULL))", [False, False, False], [False, False, False]),
+    ],
+)
+def test_in_over_rows_is_unknown_only_where_sql_says(
+    text: str, without_nulls: list[bool], with_a_null: list[bool]
+) -> None:
+    # an operand without NULLs skips the NULL pass: the answers must not change
+    predicate = PartitionPredicate.parse(text, {"n": "long"})
+    for values, want in (([1, 2, 3], without_nulls), ([1, None, 3], with_a_null)):
+        column = pa.chunked_array([pa.array(values[:1], pa.int64()), pa.array(values[1:])])
+        assert predicate.evaluate_rows({"n": column}, 3).tolist() == want
