@@ -4,7 +4,10 @@
 They share everything of `DeltaCommitOperator` (exactly-once markers, conflict re-runs, the XCom
 result, the asset event, OpenLineage) except the source: no rows come in, the command reads the
 table itself, on pyarrow, and commits through the engine's commit path. No Spark session is
-ever started, so these operators take no `source`, `spark_conn_id` or `spark_conf`.
+ever started, so these operators take no `source`, `spark_conn_id` or `spark_conf`; except
+those whose command also runs on Spark (`takes_spark`: DELETE and UPDATE, `operators.dml`),
+which take `spark_conn_id` and `spark_conf` for the session they start only when the engine
+cannot run the command in process.
 
 The command runs in the transaction `DeltaCommitOperator` opened with the task's commit
 properties (its exactly-once marker among them): a retry of a task whose commit landed finds
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Arguments of DeltaCommitOperator that have no meaning for an in-process table command.
 NOT_FOR_COMMANDS = ("source", "source_format", "source_options", "spark_conn_id", "spark_conf")
+#: Those a command that can also run on Spark (`takes_spark`) accepts.
+SPARK_ARGUMENTS = ("spark_conn_id", "spark_conf")
 
 
 def split_columns(value: str | Sequence[str] | None) -> list[str]:
@@ -84,13 +89,18 @@ class DeltaCommandOperator(DeltaCommitOperator):
     # A predicate is SQL text, never a file to read: no template extensions.
     template_ext: Sequence[str] = ()
     takes_source = False
+    #: Whether the command can also run on Spark (then `spark_conn_id` and `spark_conf` are
+    #: taken, for the session started when the engine cannot run it in process).
+    takes_spark = False
     executor = "in-process"
 
     def __init__(self, **kwargs: Any) -> None:
-        given = [name for name in NOT_FOR_COMMANDS if kwargs.get(name)]
+        taken = SPARK_ARGUMENTS if self.takes_spark else ()
+        given = [name for name in NOT_FOR_COMMANDS if kwargs.get(name) and name not in taken]
         if given:
+            where = "" if self.takes_spark else " in process"
             raise ValueError(
-                f"{type(self).__name__} runs the engine's {self.operation} in process and reads "
+                f"{type(self).__name__} runs the engine's {self.operation}{where} and reads "
                 f"the table itself: it takes no {', '.join(given)}"
             )
         super().__init__(**kwargs)

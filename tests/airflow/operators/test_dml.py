@@ -133,7 +133,7 @@ def test_templated_fields() -> None:
         ({"predicate": ""}, "predicate is empty; pass predicate=None to DELETE every row"),
         ({"predicate": 3}, "predicate must be SQL text"),
         ({"predicate": "id = 1", "source": "SELECT 1"}, "it takes no source"),
-        ({"predicate": "id = 1", "spark_conn_id": "spark"}, "it takes no spark_conn_id"),
+        ({"predicate": "id = 1", "source_options": {"a": 1}}, "it takes no source_options"),
         ({"predicate": "id = 1", "max_commit_attempts": 0}, "max_commit_attempts"),
         ({"predicate": "id = 1", "post_commit_hooks": ["vacuum"]}, "Unknown post-commit"),
     ],
