@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import SparkSession
 
 from airflow_delta.engine import CommitProperties, DeltaLog, IsolationLevel
@@ -223,3 +223,26 @@ def test_delete_racing_an_append(
     result = delete(spark, txn, predicate)
     assert result.version == 4 and result.conflicts_resolved == (3,)
     assert 101 in [r[0] for r in engine_rows(uri)]
+
+
+def test_column_mapped_table(spark: SparkSession, tmp_path: Path) -> None:
+    """A column-mapped table (the in-process commands refuse it): read and written by its
+    physical names, deltalake reads the result."""
+    from airflow_delta.spark import write_delta
+
+    uri = str(tmp_path / "t")
+    data = spark.sql("SELECT id, CAST(id % 3 AS INT) AS `the k`, IF(id % 2 = 0, 'a', 'b') AS p "
+                     "FROM range(0, 10)")  # fmt: skip
+    write_delta(data, uri, partition_by=["p"], configuration={"delta.columnMapping.mode": "name"})
+    assert update(spark, uri, {"`the k`": "`the k` + 100"}, "id > 6").metrics["numUpdatedRows"] == 3
+    assert delete(spark, uri, "`the k` = 0 AND p = 'a'").metrics["numDeletedRows"] == 2  # 0, 6
+    query = 'SELECT id, "the k", p FROM t ORDER BY id'
+    table = pa.table(QueryBuilder().register("t", DeltaTable(uri)).execute(query).read_all())
+    want = [
+        (i, i % 3 + (100 if i > 6 else 0), "a" if i % 2 == 0 else "b")
+        for i in range(10)
+        if i not in (0, 6)
+    ]
+    assert (
+        list(zip(*(table.column(c).to_pylist() for c in ("id", "the k", "p")), strict=True)) == want
+    )
