@@ -1,7 +1,8 @@
 """B14: RESTORE over 1,000 versions: back from version 1,000 to version 500.
 
 The table (built once, cached): version 0 creates it, then 1,000 commits of one small file each
-(real parquet files, written by the engine's commit API), no checkpoint. Each repetition
+(real parquet files, written by the engine's commit API, which checkpoints every 10 versions:
+the log holds 1,000 commits and 100 checkpoints, `_last_checkpoint` at 1,000). Each repetition
 restores a fresh copy (not timed) in a fresh process, imports excluded:
 
 * ours:      `airflow_delta.engine.restore(p, version=500)`

@@ -41,12 +41,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.commands.command_transaction import command_transaction
-from airflow_delta.engine.errors import RestoreMissingFilesError, TableNotFoundError
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    RestoreMissingFilesError,
+    TableNotFoundError,
+)
+from airflow_delta.engine.log.checkpoints import read_checkpoint
 from airflow_delta.engine.log.history import version_at_timestamp
+from airflow_delta.engine.log.log_segment import segment_at
 from airflow_delta.engine.log.replay import file_keys
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, Operation
+from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.deletion_vectors import relative_dv_path
 from airflow_delta.engine.protocol.features import (
     reader_features,
@@ -102,7 +109,7 @@ def restore(
             f"RESTORE of {uri}: version {version} is not an earlier version of the table "
             f"(latest: {txn.read_version}); restore a version from 0 to {txn.read_version - 1}."
         )
-    target = load_snapshot(txn.location, version)
+    target = _snapshot_at(txn, version)
     current = txn.filter_files_arrow()  # reads (and records) the whole table
     target_files = target.files()
     target_keys, current_keys = file_keys(target_files), file_keys(current)
@@ -147,6 +154,22 @@ def _transaction(
     if txn.properties.isolation_level is None:
         txn.properties = replace(txn.properties, isolation_level=IsolationLevel.SERIALIZABLE)
     return txn
+
+
+def _snapshot_at(txn: OptimisticTransaction, version: int) -> Snapshot:
+    """The snapshot of `version`, its log listed from the checkpoint the table's interval puts
+    at or below it (`segment_at`), not whole; an unreadable checkpoint leaves the search for
+    an older one to `load_snapshot`."""
+    location = txn.location
+    interval = TableConfig(txn.metadata.configuration, txn.table).checkpoint_interval
+    segment = segment_at(location, version, interval)
+    batch = None
+    if segment.checkpoint_version is not None:
+        try:
+            batch = read_checkpoint(location.store, location.log_path, segment.checkpoint_files)
+        except (CorruptLogError, FileNotFoundError):
+            return load_snapshot(location, version)
+    return Snapshot.load(location, segment, batch)
 
 
 def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray) -> list[str]:

@@ -17,6 +17,7 @@ from airflow_delta.engine.log.replay import parse_log_batch
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
 from airflow_delta.engine.protocol.actions import CommitInfo
+from airflow_delta.engine.protocol.filenames import LogFileName
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,25 @@ class LogSegment:
 
 def complete_checkpoints(listing: list[FileStatus]) -> dict[int, list[FileStatus]]:
     """Complete checkpoints by version; multi-part ones with a missing part are ignored."""
-    single: dict[int, list[FileStatus]] = {}
-    multi: dict[tuple[int, int], dict[int, FileStatus]] = {}
+    return _complete_checkpoints(_parsed(listing, "checkpoint"))
+
+
+def _parsed(listing: list[FileStatus], *kinds: str) -> list[tuple[LogFileName, FileStatus]]:
+    """The log files of `listing` of the `kinds` (commit, checkpoint, ...), their names parsed."""
+    out = []
     for f in listing:
         parsed = filenames.parse_log_file_name(f.name)
-        if parsed is None or parsed.kind != "checkpoint":
-            continue
+        if parsed is not None and parsed.kind in kinds:
+            out.append((parsed, f))
+    return out
+
+
+def _complete_checkpoints(
+    checkpoint_files: list[tuple[LogFileName, FileStatus]],
+) -> dict[int, list[FileStatus]]:
+    single: dict[int, list[FileStatus]] = {}
+    multi: dict[tuple[int, int], dict[int, FileStatus]] = {}
+    for parsed, f in checkpoint_files:
         if parsed.num_parts is None:
             single.setdefault(parsed.version, [f])
         else:
@@ -66,14 +80,13 @@ def build_log_segment(
     commits x to y when they all belong to the segment and y is not its last version (whose
     own commit keeps the commitInfo), the longest such file first.
     """
-    commits: dict[int, FileStatus] = {}
-    for f in listing:
-        parsed = filenames.parse_log_file_name(f.name)
-        if parsed is not None and parsed.kind == "commit":
-            commits[parsed.version] = f
+    files = _parsed(listing, "commit", "checkpoint", "compaction")  # each name parsed once
+    commits = {parsed.version: f for parsed, f in files if parsed.kind == "commit"}
     checkpoints = {
-        v: files
-        for v, files in complete_checkpoints(listing).items()
+        v: cp_files
+        for v, cp_files in _complete_checkpoints(
+            [(parsed, f) for parsed, f in files if parsed.kind == "checkpoint"]
+        ).items()
         if v not in exclude_checkpoints
     }
     latest = max([*commits, *checkpoints], default=-1)
@@ -111,7 +124,8 @@ def build_log_segment(
             "restore the missing commit files."
         )
     if use_compactions:
-        deltas = _with_compactions(listing, commits, start, target)
+        compactions = [(parsed, f) for parsed, f in files if parsed.kind == "compaction"]
+        deltas = _with_compactions(compactions, commits, start, target)
     else:
         deltas = tuple(commits[v] for v in range(start, target + 1))
     cp_files = tuple(checkpoints[cp_version]) if cp_version is not None else ()
@@ -120,14 +134,16 @@ def build_log_segment(
 
 
 def _with_compactions(
-    listing: list[FileStatus], commits: dict[int, FileStatus], start: int, target: int
+    compactions: list[tuple[LogFileName, FileStatus]],
+    commits: dict[int, FileStatus],
+    start: int,
+    target: int,
 ) -> tuple[FileStatus, ...]:
     """The commits from `start` to `target`, runs of them replaced by the compaction files
     that cover exactly such a run (the longest from each version)."""
     longest: dict[int, tuple[int, FileStatus]] = {}
-    for f in listing:
-        parsed = filenames.parse_log_file_name(f.name)
-        if parsed is None or parsed.kind != "compaction" or parsed.end_version is None:
+    for parsed, f in compactions:
+        if parsed.end_version is None:
             continue
         first, end = parsed.version, parsed.end_version
         if start <= first < end < target and end > longest.get(first, (first, f))[0]:
@@ -203,6 +219,38 @@ def segment_from_hint(location: TableLocation) -> LogSegment | None:
         )
         return None
     return segment
+
+
+def segment_at(location: TableLocation, version: int, checkpoint_interval: int) -> LogSegment:
+    """The log segment of `version`, found without listing the whole log when it can be.
+
+    Writers checkpoint at the multiples of the table's `delta.checkpointInterval`: the log is
+    listed from the one at or below `version` first. When that listing holds a complete
+    checkpoint at or below `version`, it is the newest one (every later name was listed) and
+    the segment is sound; otherwise (another interval then, no checkpoint written) the whole
+    log is listed, as time travel does. A RESTORE to version 500 of a 1,000-commit log lists
+    and parses a few names instead of 1,100.
+    """
+    if checkpoint_interval > 0 and version >= checkpoint_interval:
+        start = filenames.version_prefix(version - version % checkpoint_interval)
+        end = filenames.version_prefix(version + 1)  # later files need no parsing
+        listing = [f for f in location.store.list_from(location.log_path, start) if f.name < end]
+        use_compactions = location.use_log_compaction
+        try:
+            segment = build_log_segment(
+                location.uri, location.log_path, listing, version, use_compactions=use_compactions
+            )
+        except (CorruptLogError, TableNotFoundError, VersionNotFoundError):
+            segment = None  # the whole listing tells what is wrong, if anything is
+        if segment is not None and segment.checkpoint_version is not None:
+            return segment
+    return build_log_segment(
+        location.uri,
+        location.log_path,
+        list_log(location),
+        version,
+        use_compactions=location.use_log_compaction,
+    )
 
 
 def latest_version(location: TableLocation, start: int = 0) -> int:

@@ -11,6 +11,7 @@ import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -21,6 +22,7 @@ from airflow_delta.engine.errors import (
     RestoreMissingFilesError,
     TableNotFoundError,
 )
+from airflow_delta.engine.log.log_store import LocalLogStore
 from tests.engine.commands.dml_tables import append, batch, create, deltalake_rows, rows
 
 
@@ -175,3 +177,31 @@ def test_a_retried_restore_with_an_app_transaction_commits_once(tmp_path: Path) 
     again = restore(uri, 2, commit_properties=once)
     assert again.skipped and DeltaLog.for_table(uri).update().version == 5
     assert len(rows(uri)) == 22
+
+
+def test_restore_lists_the_log_from_checkpoints_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the target's log is listed from the checkpoint at or below it, not whole (B14)
+    uri = create(tmp_path / "t", batch(range(3)))
+    for n in range(1, 24):
+        append(uri, batch([100 + n]))
+    assert DeltaLog(uri).update().version == 24  # checkpoints at 10 and 20
+    before = rows(uri)
+    wanted = DeltaLog(uri).snapshot_at(12)
+    listed: list[str] = []
+    list_from = LocalLogStore.list_from
+
+    def spied(self: LocalLogStore, dir_path: str, start_name: str = "") -> Any:
+        listed.append(start_name)
+        return list_from(self, dir_path, start_name)
+
+    monkeypatch.setattr(LocalLogStore, "list_from", spied)
+    result = restore(uri, 12)
+    monkeypatch.undo()
+    assert listed and "" not in listed and f"{10:020d}" in listed
+    assert result.metrics["numRemovedFiles"] == 12 and result.metrics["numRestoredFiles"] == 0
+    assert sorted(f.path for f in DeltaLog(uri).update().all_files()) == sorted(
+        f.path for f in wanted.all_files()
+    )
+    assert len(rows(uri)) == len(before) - 12

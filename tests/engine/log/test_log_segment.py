@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from airflow_delta.engine import DeltaLog
-from airflow_delta.engine.log.log_segment import current_version, latest_version_since
+from airflow_delta.engine.errors import VersionNotFoundError
+from airflow_delta.engine.log.log_segment import (
+    LogSegment,
+    build_log_segment,
+    current_version,
+    latest_version_since,
+    list_log,
+    segment_at,
+)
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
 from tests.delta_log_builder import add, commit_info, make_table, write_commit
@@ -178,3 +186,33 @@ def test_log_compaction_files_stand_in_for_their_commits(tmp_path: Path) -> None
     assert sorted(f.path for f in ignored.all_files()) == [f"f{i}" for i in range(6)]
     at_2 = DeltaLog.for_table(str(table)).snapshot_at(2)  # 1.3 reaches past version 2
     assert sorted(f.path for f in at_2.all_files()) == ["f0", "f1", "f2"]
+
+
+def _whole_log_segment(location: TableLocation, version: int) -> LogSegment:
+    return build_log_segment(location.uri, location.log_path, list_log(location), version)
+
+
+def test_segment_at_lists_from_the_interval_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table_at(tmp_path / "t", 35)  # checkpoints at 10, 20 and 30
+    location = TableLocation.of(str(tmp_path / "t"))
+    expected = {v: _whole_log_segment(location, v) for v in range(36)}
+    spy = Spy(location, monkeypatch)
+    for version in range(36):
+        assert segment_at(location, version, 10) == expected[version], version
+    assert spy.listed[:1] == [""]  # below the first checkpoint: the whole log
+    assert spy.listed[10:12] == [filenames.version_prefix(10)] * 2  # then from a checkpoint
+    assert spy.listed.count("") == 10
+
+
+@pytest.mark.parametrize("interval", [1, 7, 15, 100])
+def test_segment_at_falls_back_to_the_whole_log(tmp_path: Path, interval: int) -> None:
+    # checkpoints elsewhere than the interval puts them, and one removed: the same segments
+    table_at(tmp_path / "t", 35)
+    (tmp_path / "t" / "_delta_log" / f"{20:020d}.checkpoint.parquet").unlink()
+    location = TableLocation.of(str(tmp_path / "t"))
+    for version in range(36):
+        assert segment_at(location, version, interval) == _whole_log_segment(location, version)
+    with pytest.raises(VersionNotFoundError):
+        segment_at(location, 36, interval)
