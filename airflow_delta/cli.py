@@ -15,6 +15,7 @@ Examples::
     airflow-delta vacuum /data/events --retention-hours 168 --dry-run
     airflow-delta delete /data/events --predicate "day < '2024-01-01' AND user_id = 42"
     airflow-delta update /data/orders --set "status='closed'" --predicate "status = 'open'"
+    airflow-delta update /data/orders --set "amount=amount * 2" --predicate "id = 7" --spark
     airflow-delta optimize /data/events --partition-filter "day = '2024-06-01'" --zorder-by user_id
     airflow-delta restore /data/events --version 12
 
@@ -216,20 +217,32 @@ def _emit_commit(result: Any) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    """DELETE the rows matching --predicate (every row with --all-rows), in process."""
+    """DELETE the rows matching --predicate (every row with --all-rows), in process (on Spark
+    with --spark)."""
     from airflow_delta.engine import delete
 
-    result = delete(
-        args.uri,
-        None if args.all_rows else args.predicate,
-        storage_options=dict(args.storage_options or []),
-        commit_properties=_commit_properties(args),
-    )
+    predicate = None if args.all_rows else args.predicate
+    options = dict(args.storage_options or [])
+    properties = _commit_properties(args)
+    if args.spark:
+        from airflow_delta.spark import delete as delete_on_spark
+        from airflow_delta.spark import get_spark
+
+        result = delete_on_spark(
+            get_spark(),
+            args.uri,
+            predicate,
+            storage_options=options,
+            commit_properties=properties,
+        )
+    else:
+        result = delete(args.uri, predicate, storage_options=options, commit_properties=properties)
     return _emit_commit(result)
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    """UPDATE the rows matching --predicate (every row with --all-rows), in process."""
+    """UPDATE the rows matching --predicate (every row with --all-rows), in process (on Spark
+    with --spark)."""
     from airflow_delta.engine import update
 
     assignments: dict[str, str] = {}
@@ -237,13 +250,25 @@ def cmd_update(args: argparse.Namespace) -> int:
         if column in assignments:
             raise ValueError(f"--set assigns column {column!r} twice")
         assignments[column] = value
-    result = update(
-        args.uri,
-        assignments,
-        None if args.all_rows else args.predicate,
-        storage_options=dict(args.storage_options or []),
-        commit_properties=_commit_properties(args),
-    )
+    predicate = None if args.all_rows else args.predicate
+    options = dict(args.storage_options or [])
+    properties = _commit_properties(args)
+    if args.spark:
+        from airflow_delta.spark import get_spark
+        from airflow_delta.spark import update as update_on_spark
+
+        result = update_on_spark(
+            get_spark(),
+            args.uri,
+            assignments,
+            predicate,
+            storage_options=options,
+            commit_properties=properties,
+        )
+    else:
+        result = update(
+            args.uri, assignments, predicate, storage_options=options, commit_properties=properties
+        )
     return _emit_commit(result)
 
 
@@ -386,6 +411,7 @@ def _add_table_commands(sub: Any) -> None:
     p = sub.add_parser("delete", help="DELETE the rows matching a predicate (in process)")
     _add_common(p)
     _add_predicate(p, "delete")
+    _add_spark(p)
     _add_user_metadata(p)
     p.set_defaults(handler=cmd_delete)
 
@@ -399,9 +425,10 @@ def _add_table_commands(sub: Any) -> None:
         action="append",
         required=True,
         help="an assignment (repeatable): a column, a literal ('x', 42, NULL, DATE '...') "
-        "or a condition",
+        "or a condition; with --spark any Spark SQL expression",
     )
     _add_predicate(p, "update")
+    _add_spark(p)
     _add_user_metadata(p)
     p.set_defaults(handler=cmd_update)
 
@@ -456,6 +483,16 @@ def _add_predicate(parser: argparse.ArgumentParser, verb: str) -> None:
         "--predicate", metavar="SQL", help=f"{verb} the rows where this condition is true"
     )
     which.add_argument("--all-rows", action="store_true", help=f"{verb} every row")
+
+
+def _add_spark(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="run on Spark (the active session, else a local one; needs pyspark): for "
+        "predicates and assignments the in-process command does not evaluate, such as "
+        "arithmetic and function calls",
+    )
 
 
 def _add_user_metadata(parser: argparse.ArgumentParser) -> None:
