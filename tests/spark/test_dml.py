@@ -246,3 +246,26 @@ def test_column_mapped_table(spark: SparkSession, tmp_path: Path) -> None:
     assert (
         list(zip(*(table.column(c).to_pylist() for c in ("id", "the k", "p")), strict=True)) == want
     )
+
+
+def test_generated_columns_of_updated_rows_are_recomputed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An UPDATE of the column a generated column is computed from (the in-process UPDATE
+    refuses it) recomputes it on the updated rows; setting it to another value fails."""
+    import json
+
+    from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
+
+    generated = {DELTA_METADATA_KEY: json.dumps({"delta.generationExpression": "id * 2"}).encode()}
+    schema = pa.schema([("id", pa.int64()), pa.field("twice", pa.int64(), metadata=generated)])
+    uri = str(tmp_path / "t")
+    DeltaLog.create_table(uri, schema)
+    from airflow_delta.spark import write_delta
+
+    write_delta(spark.createDataFrame([(i,) for i in range(4)], "id long"), uri)
+    assert update(spark, uri, {"id": "id + 10"}, "id >= 2").metrics["numUpdatedRows"] == 2
+    found = DeltaTable(uri).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["id"], r["twice"]) for r in found] == [(0, 0), (1, 2), (12, 24), (13, 26)]
+    with pytest.raises(ConstraintViolationError, match="twice"):
+        update(spark, uri, {"twice": "0"}, "id = 1")
