@@ -13,7 +13,9 @@ Both run in one transaction of the engine:
    that may hold matching rows conflicts) and the files as read; with no such conjunct the
    whole table is read;
 2. one Spark job counts, per candidate file, its live rows and the rows the predicate matches
-   (Spark SQL over the table's columns; a NULL result does not match);
+   (Spark SQL over the table's columns; a NULL result does not match). A predicate over
+   partition columns only (or none) that the engine parses whole matches every row of the
+   candidates: their stats count the rows, and no job runs (unless a file has no stats);
 3. the files holding matching rows (touched) are removed. DELETE removes a file whose every
    live row matches without reading it again and rewrites the others without the matching
    rows; UPDATE rewrites every touched file, the assignments applied to the matching rows
@@ -53,7 +55,7 @@ from airflow_delta.engine.errors import (
     TableNotFoundError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier, split_conjuncts
-from airflow_delta.engine.protocol.action_types import add_files_from_arrow
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile, Operation
 from airflow_delta.engine.protocol.features import change_data_feed_enabled, check_writer_support
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
@@ -149,20 +151,51 @@ def _start(
             "DeltaLog.create_table)."
         )
     check_writer_support(txn.protocol, txn.table, txn.metadata)
-    files = txn.filter_files_arrow(pruning_predicates(txn, predicate) or None)
+    pruning = pruning_predicates(txn, predicate)
+    files = txn.filter_files_arrow(pruning or None)
     matched = F.coalesce(F.expr(predicate), F.lit(False)) if predicate else F.lit(True)
-    counts: dict[str, tuple[int, int]] = {}
-    if len(files):
-        rows = scan_files(spark, txn.snapshot, files, file_column=_FILE)
-        per_file = (
-            rows.groupBy(_FILE)
-            .agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(matched, 1)).alias("matched"))
-            .where(F.col("matched") > 0)
-            .collect()
-        )
-        counts = {r[_FILE]: (int(r["rows"]), int(r["matched"])) for r in per_file}
+    counts = _whole_files(txn, files, predicate, pruning)
+    if counts is None:
+        counts = _matching_rows(spark, txn, files, matched)
     scan_ms = _ms_since(started)
     return _Scan(spark, operation, txn, files, matched, counts, started, scan_ms)
+
+
+def _whole_files(
+    txn: OptimisticTransaction, files: pa.StructArray, predicate: str | None, pruning: list[str]
+) -> dict[str, tuple[int, int]] | None:
+    """Per candidate file with live rows, (live rows, live rows) when the predicate matches
+    every row of the candidates (None, or partition columns only, parsed whole by the engine)
+    and the stats count every file's rows; else None."""
+    if predicate is not None:
+        if len(pruning) != len(split_conjuncts(predicate)):
+            return None
+        partitions = {c.lower() for c in txn.metadata.partition_columns}
+        if not {c.lower() for c in txn.parse_file_predicate(pruning).columns} <= partitions:
+            return None
+    records = stats_num_records(files.field("stats"))
+    if records.null_count:
+        return None
+    deleted = pc.struct_field(files.field("deletionVector"), "cardinality")
+    live = pc.subtract(records, pc.fill_null(deleted, 0)).to_pylist()
+    paths = files.field("path").to_pylist()
+    return {path: (n, n) for path, n in zip(paths, live, strict=True) if n > 0}
+
+
+def _matching_rows(
+    spark: SparkSession, txn: OptimisticTransaction, files: pa.StructArray, matched: Column
+) -> dict[str, tuple[int, int]]:
+    """Per candidate file holding matching rows, (live rows, matching rows): one Spark job."""
+    if not len(files):
+        return {}
+    rows = scan_files(spark, txn.snapshot, files, file_column=_FILE)
+    per_file = (
+        rows.groupBy(_FILE)
+        .agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(matched, 1)).alias("matched"))
+        .where(F.col("matched") > 0)
+        .collect()
+    )
+    return {r[_FILE]: (int(r["rows"]), int(r["matched"])) for r in per_file}
 
 
 def _commit(

@@ -269,3 +269,19 @@ def test_generated_columns_of_updated_rows_are_recomputed(
     assert [(r["id"], r["twice"]) for r in found] == [(0, 0), (1, 2), (12, 24), (13, 26)]
     with pytest.raises(ConstraintViolationError, match="twice"):
         update(spark, uri, {"twice": "0"}, "id = 1")
+
+
+def test_a_partition_delete_runs_no_spark_job(spark: SparkSession, tmp_path: Path) -> None:
+    """A predicate over partition columns only selects whole files: removed by their stats'
+    counts, with no Spark job (as delta-spark's metadata-only delete)."""
+    uri = create(tmp_path / "t", *DATA)
+    context = spark.sparkContext
+    context.setJobGroup("partition-delete", "DELETE by partition")
+    try:
+        result = delete(spark, uri, "p = 'a'")
+        assert context.statusTracker().getJobIdsForGroup("partition-delete") == []
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    assert (result.metrics["numDeletedRows"], result.metrics["numRemovedFiles"]) == (6, 2)
+    assert result.metrics["numAddedFiles"] == result.metrics["numCopiedRows"] == 0
+    assert engine_rows(uri) == deltalake_rows(uri) == expected(DATA, lambda r: r["p"] == "b")
