@@ -49,6 +49,7 @@ from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_ID,
     COLUMN_MAPPING_PHYSICAL_NAME,
     delta_field_metadata,
+    is_variant,
     partition_path,
     serialize_partition_value,
 )
@@ -96,6 +97,8 @@ def file_field(f: pa.Field, column_mapping: bool) -> pa.Field:
 
 
 def _file_type(t: pa.DataType, column_mapping: bool) -> pa.DataType:
+    if is_variant(t):  # kept whole, marker included (one leaf of the stats); as delta-spark
+        return pa.struct([f.with_nullable(False) for f in t])  # writes them: required binaries
     if pa.types.is_struct(t):
         return pa.struct([file_field(f, column_mapping) for f in t])
     if pa.types.is_map(t):
@@ -126,7 +129,9 @@ def _stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, 
 
     def walk(fields: pa.Schema | pa.StructType, prefix: tuple[str, ...]) -> None:
         for f in fields:
-            if pa.types.is_struct(f.type):
+            if is_variant(f.type):  # one leaf: its nullCount, never min/max (not comparable)
+                leaves.append(((*prefix, f.name), False))
+            elif pa.types.is_struct(f.type):
                 walk(f.type, (*prefix, f.name))
             else:
                 leaves.append(((*prefix, f.name), _has_min_max(f.type)))
@@ -413,11 +418,53 @@ def dictionary_columns(table: pa.Table) -> bool | list[str]:
 _FALSE = columnar.scalar(False, pa.bool_())
 
 
+def _holds_variant(t: pa.DataType) -> bool:
+    if is_variant(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_holds_variant(f.type) for f in t)
+    if pa.types.is_list(t):
+        return _holds_variant(t.value_type)
+    if pa.types.is_map(t):
+        return _holds_variant(t.item_type)
+    return False
+
+
+def _fill_variants(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """`array` with the two binaries of every variant in it (at any depth) empty, not null,
+    where the variant is null, so that it casts to `target`, the file type (whose binaries are
+    required). Column by column, never row by row."""
+    mask = array.is_null() if array.null_count else None
+    if is_variant(target):
+        binaries = [pc.fill_null(array.field(i).cast(pa.binary()), b"") for i in range(2)]
+        return pa.StructArray.from_arrays(binaries, fields=list(target), mask=mask)
+    if pa.types.is_struct(target):
+        children = [_fill_variants(array.field(i), f.type) for i, f in enumerate(target)]
+        return pa.StructArray.from_arrays(children, names=[f.name for f in target], mask=mask)
+    if pa.types.is_list(target) and _holds_variant(target):
+        values = _fill_variants(array.values, target.value_type)
+        return pa.ListArray.from_arrays(array.offsets, values, mask=mask)
+    if pa.types.is_map(target) and _holds_variant(target):
+        items = _fill_variants(array.items, target.item_type)
+        return pa.MapArray.from_arrays(array.offsets, array.keys, items, mask=mask)
+    return array
+
+
+def _file_columns(plan: WritePlan, batch: pa.RecordBatch) -> pa.Table:
+    """The data columns of `batch` as the data files hold them (`plan.data_schema`)."""
+    data = pa.Table.from_batches([batch]).select(plan.data_schema.names)
+    for i, f in enumerate(plan.data_schema):
+        if _holds_variant(f.type):
+            chunks = [_fill_variants(c, f.type) for c in data.column(i).chunks]
+            data = data.set_column(i, f.name, pa.chunked_array(chunks))
+    return data.cast(plan.data_schema)
+
+
 def partition_runs(
     plan: WritePlan, batch: pa.RecordBatch
 ) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
     """The data columns of `batch` cut into runs of equal partition values (rows are sorted)."""
-    data = pa.Table.from_batches([batch]).select(plan.data_schema.names).cast(plan.data_schema)
+    data = _file_columns(plan, batch)
     if not plan.partition_columns:
         yield {}, data
         return

@@ -7,9 +7,7 @@ widening, variant, ...) are accepted here; the data plane decides for itself wha
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from airflow_delta.engine.errors import DeltaProtocolError
 from airflow_delta.engine.protocol.actions import (
@@ -171,9 +169,7 @@ def check_writer_support(protocol: Protocol, table: str, metadata: Metadata | No
     required = writer_features(protocol)
     if metadata is not None and protocol.min_writer_version < 7:
         required -= _LEGACY_FEATURES_IN_USE_ONLY - _features_in_use(metadata)
-    if metadata is not None and required & _VARIANT_FEATURES:
-        _check_no_variant_columns(metadata, table)
-        required -= _VARIANT_FEATURES
+    required -= _VARIANT_FEATURES  # variant columns are written as their two binaries
     unsupported = sorted(required - WRITER_FEATURES)
     if unsupported:
         raise DeltaProtocolError(
@@ -182,34 +178,9 @@ def check_writer_support(protocol: Protocol, table: str, metadata: Metadata | No
         )
 
 
-#: The variant type's features: a table may carry them without a variant column (deltalake
-#: 1.6 adds variantType to every table with deletion vectors); such a table is writable.
+#: The variant type's features: unshredded variant columns are written (a struct of `value`
+#: and `metadata` binaries, nullCount stats only); shredding (variantShredding) is not.
 _VARIANT_FEATURES = frozenset({"variantType", "variantType-preview"})
-
-
-def _check_no_variant_columns(metadata: Metadata, table: str) -> None:
-    """DeltaProtocolError naming the variant columns of the table, if it has any."""
-    schema = json.loads(metadata.schema_string or "{}")
-    found = [name for name, type_ in _leaf_types(schema) if type_ == "variant"]
-    if found:
-        raise DeltaProtocolError(
-            f"Cannot write to table {table}: its columns {', '.join(found)} are of type "
-            "variant, which this engine does not write yet. Write to it with delta-spark."
-        )
-
-
-def _leaf_types(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted column path, type) of every field of a schema (JSON), at any depth."""
-    if isinstance(node, dict) and node.get("type") == "struct":
-        for f in node.get("fields", []):
-            name = f"{prefix}{f['name']}"
-            yield name, f["type"]
-            yield from _leaf_types(f["type"], name + ".")
-    elif isinstance(node, dict) and node.get("type") == "array":
-        yield from _leaf_types(node.get("elementType"), prefix)
-    elif isinstance(node, dict) and node.get("type") == "map":
-        yield from _leaf_types(node.get("keyType"), prefix)
-        yield from _leaf_types(node.get("valueType"), prefix)
 
 
 #: Legacy writer features that bind a writer only when the table uses them.

@@ -7,8 +7,9 @@ mapping ids and physical names, generation expressions, invariants, type changes
 travels on the pyarrow field as compact JSON under `DELTA_METADATA_KEY`, so the round trip is
 lossless.
 
-A `variant` column is a struct of two non-null binary fields, `value` and `metadata`; both carry
-a marker in their pyarrow field metadata so that a genuine struct of the same shape stays a struct.
+A `variant` column is a struct of two binary fields, `value` and `metadata` (null where the
+variant is); both carry a marker in their pyarrow field metadata so that a genuine struct of the
+same shape stays a struct.
 
 Partition values are strings in the log (PROTOCOL.md, "Partition Value Serialization"); the empty
 string is null for every type. `parse_partition_value` and `serialize_partition_value` convert one
@@ -46,10 +47,21 @@ HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _VARIANT_MARKER = {b"delta.variant": b"true"}
 _VARIANT = pa.struct(
     [
-        pa.field("value", pa.binary(), nullable=False, metadata=_VARIANT_MARKER),
-        pa.field("metadata", pa.binary(), nullable=False, metadata=_VARIANT_MARKER),
+        pa.field("value", pa.binary(), metadata=_VARIANT_MARKER),
+        pa.field("metadata", pa.binary(), metadata=_VARIANT_MARKER),
     ]
 )
+
+
+def is_variant(t: pa.DataType) -> bool:
+    """Whether `t` is the Arrow type of a Delta `variant` column (not a look-alike struct):
+    its two binaries carry the marker; nullable or not (as data files hold them)."""
+    return (
+        pa.types.is_struct(t)
+        and [f.name for f in t] == ["value", "metadata"]
+        and all(f.type == pa.binary() and f.metadata == _VARIANT_MARKER for f in t)
+    )
+
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -249,7 +261,7 @@ def delta_type_name(t: pa.DataType) -> str | dict[str, Any]:
     if pa.types.is_fixed_size_binary(t):
         return "binary"
     if pa.types.is_struct(t):
-        return "variant" if t.equals(_VARIANT, check_metadata=True) else _struct_json(t)
+        return "variant" if is_variant(t) else _struct_json(t)
     if (
         pa.types.is_list(t)
         or pa.types.is_large_list(t)

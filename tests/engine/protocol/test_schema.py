@@ -308,22 +308,22 @@ def test_schema_from_json_accepts_a_parsed_object() -> None:
 
 def test_variant_is_a_marked_struct_and_a_plain_struct_stays_a_struct() -> None:
     variant = arrow_type("variant")
-    assert variant == pa.struct(
-        [pa.field("value", pa.binary(), nullable=False), pa.field("metadata", pa.binary(), False)]
+    assert variant == pa.struct(  # null binaries where the variant is null
+        [pa.field("value", pa.binary()), pa.field("metadata", pa.binary())]
     )
     assert delta_type_name(variant) == "variant"
     assert_round_trips(one_column("variant"))
     look_alike = {
         "type": "struct",
         "fields": [
-            {"name": "value", "type": "binary", "nullable": False, "metadata": {}},
-            {"name": "metadata", "type": "binary", "nullable": False, "metadata": {}},
+            {"name": "value", "type": "binary", "nullable": True, "metadata": {}},
+            {"name": "metadata", "type": "binary", "nullable": True, "metadata": {}},
         ],
     }
     schema = assert_round_trips(one_column(look_alike))
     assert schema.field("x").type == variant
     assert delta_type_name(pa.struct(list(variant))) == "variant"  # fields keep the marker
-    unmarked = pa.struct([pa.field(f.name, f.type, nullable=False) for f in variant])
+    unmarked = pa.struct([pa.field(f.name, f.type) for f in variant])
     assert isinstance(delta_type_name(unmarked), dict)
 
 
