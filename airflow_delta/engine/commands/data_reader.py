@@ -48,6 +48,11 @@ from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 ArrowColumn: TypeAlias = pa.Array | pa.ChunkedArray
 
+#: Average size of the local files `FileReader.read` reads on several threads. Smaller files
+#: are read on one: their reading is mostly Python per file (it holds the GIL), and threads
+#: would only contend for it (OPTIMIZE of 2,000 files of 11 KB: a quarter more CPU).
+THREADED_FILE_SIZE = 1024**2
+
 _STRING = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
 _BINARY = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
 _LIST = (
@@ -410,19 +415,68 @@ class FileReader:
         paths = pc.struct_field(files, "path").to_pylist()
         values = pc.struct_field(files, "partitionValues").to_pylist()
         dvs = pc.struct_field(files, "deletionVector").to_pylist()
-
-        def one(i: int) -> pa.Table:
-            table = self.read_file(paths[i], values[i], columns)
-            if dvs[i] is None:
-                return table
-            return table.filter(pa.array(self.kept(dvs[i], table.num_rows)))
-
-        with ThreadPoolExecutor(min(len(paths), os.cpu_count() or 1) or 1) as pool:
-            tables = list(pool.map(one, range(len(paths))))
-        self.lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
-        if not tables:
+        if not paths:
+            self.lengths = np.zeros(0, dtype=np.int64)
             return self.table.empty_table().select(list(columns))
+        sizes = pc.struct_field(files, "size")
+        small = self.store.is_local and pc.sum(sizes).as_py() < len(paths) * THREADED_FILE_SIZE
+        tables, self.lengths = self._scan(paths, values, dvs, columns, 1 if small else None)
         return pa.concat_tables(tables)
+
+    def _scan(
+        self,
+        paths: list[str],
+        values: list[Any],
+        dvs: list[Any],
+        columns: Sequence[str],
+        threads: int | None,
+    ) -> tuple[list[pa.Table], npt.NDArray[np.int64]]:
+        """`read`'s tables and rows kept per file: each file's columns read as the file holds
+        them (on `threads` threads, default one per core), then each run of files with the
+        same partition values and file schema made the table's columns once (`_columns`), not
+        file by file."""
+
+        def raw(i: int) -> tuple[pa.Schema, pa.Table]:
+            where = self.store.file_path(
+                self.root, paths[i], table=self.table_uri, version=self.version
+            )
+            try:
+                with self.store.open_input(where) as f:
+                    file = pq.ParquetFile(f, memory_map=self.store.is_local)
+                    schema = file.schema_arrow
+                    found = self._found(schema, columns)
+                    present = sorted({n for n in found.values() if n is not None})
+                    return schema, file.read(columns=present, use_threads=False)
+            except FileNotFoundError:
+                raise self.snapshot.missing_data_file(paths[i]) from None
+
+        with ThreadPoolExecutor(threads or min(len(paths), os.cpu_count() or 1)) as pool:
+            read = list(pool.map(raw, range(len(paths))))
+        tables, lengths, start = [], [], 0
+        while start < len(paths):
+            schema, end = read[start][0], start + 1
+            while end < len(paths) and values[end] == values[start]:
+                if not read[end][0].equals(schema, check_metadata=True):
+                    break
+                end += 1
+            run = pa.concat_tables([t for _, t in read[start:end]])
+            table = self._columns(
+                run, self._found(schema, columns), values[start], columns, paths[start]
+            )
+            rows = [t.num_rows for _, t in read[start:end]]
+            if any(dvs[i] is not None for i in range(start, end)):
+                masks = [self.kept(dvs[start + k], n) for k, n in enumerate(rows)]
+                table = table.filter(columnar.bool_mask(np.concatenate(masks)))
+                rows = [int(m.sum()) for m in masks]
+            tables.append(table)
+            lengths += rows
+            start = end
+        return tables, np.array(lengths, dtype=np.int64)
+
+    def _found(self, file: pa.Schema, columns: Sequence[str]) -> dict[str, str | None]:
+        """Where each data column of `columns` is in a file of schema `file` (None: absent)."""
+        partitions = self.layout.partition_keys
+        return {c: self.layout.find(file, c) for c in columns if c not in partitions}
 
     def kept(self, dv: Mapping[str, Any] | None, rows: int) -> npt.NDArray[np.bool_]:
         """Per row of a file of `rows` rows: whether its deletion vector `dv` keeps it."""
@@ -444,19 +498,27 @@ class FileReader:
         types of other writers; other types cast, as after type widening); a column the file
         lacks is null."""
         location = self.store.file_path(self.root, path, table=self.table_uri, version=self.version)
-        layout = self.layout
         try:
             with self.store.open_input(location) as f:
                 file = pq.ParquetFile(f, memory_map=self.store.is_local)
-                found = {
-                    c: layout.find(file.schema_arrow, c)
-                    for c in columns
-                    if c not in layout.partition_keys
-                }
+                found = self._found(file.schema_arrow, columns)
                 present = sorted({n for n in found.values() if n is not None})
                 read = file.read(columns=present, use_threads=False)
         except FileNotFoundError:
             raise self.snapshot.missing_data_file(path) from None
+        return self._columns(read, found, partition, columns, path)
+
+    def _columns(
+        self,
+        read: pa.Table,
+        found: Mapping[str, str | None],
+        partition: Any,
+        columns: Sequence[str],
+        path: str,
+    ) -> pa.Table:
+        """The `columns` of rows `read` from data files (of one partition, `partition`; the
+        first named `path`) as the table's types, partition values included."""
+        layout = self.layout
         given = {k.lower(): v for k, v in dict(partition or []).items()}
         arrays = []
         for name in columns:
