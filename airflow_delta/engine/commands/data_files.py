@@ -45,6 +45,7 @@ from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata
+from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_ID,
     COLUMN_MAPPING_PHYSICAL_NAME,
@@ -64,7 +65,6 @@ ROW_GROUP_BYTES = 64 * 1024**2
 DICTIONARY_SAMPLE_ROWS = 10_000
 #: Characters of a string kept in minValues/maxValues (Delta's stats string prefix length).
 STRING_PREFIX_LENGTH = 32
-DEFAULT_NUM_INDEXED_COLS = 32
 #: The directory of change data files, and the column naming each row's change.
 CHANGE_DATA_DIR = "_change_data"
 CHANGE_TYPE_COLUMN = "_change_type"
@@ -291,11 +291,7 @@ class WritePlan:
             target_file_size=target_file_size,
             num_indexed_cols=0
             if change_data
-            else int(
-                metadata.configuration.get(
-                    "delta.dataSkippingNumIndexedCols", DEFAULT_NUM_INDEXED_COLS
-                )
-            ),
+            else TableConfig(metadata.configuration, location.uri).num_indexed_cols,
             change_data=change_data,
         )
 

@@ -7,7 +7,9 @@ The plan:
    the partitions `partition_filter` selects (SQL over partition columns only, as delta-spark);
 2. the *candidates* are the files smaller than `min_file_size` and the files with a deletion
    vector (their deleted rows are purged); with `zorder_by` every file of a selected partition
-   is a candidate (delta-spark rewrites whole partitions when it clusters);
+   is a candidate (delta-spark rewrites whole partitions when it clusters). Files a clustering
+   implementation clustered (on a clustered table) are never candidates, and a clustered
+   table is not Z-ordered;
 3. per partition, candidates sorted by size are packed into bins of at most `target_size`
    bytes (one bin per partition when Z-ordering). A bin is rewritten when it holds two or more
    files, or one file with a deletion vector, or when Z-ordering;
@@ -58,6 +60,7 @@ from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
 from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.txn.commit_checks import CLUSTERING_DOMAIN
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
@@ -207,6 +210,13 @@ def _plan(
         )
     schema = pa.schema([pa.field(f.name, f.type) for f in metadata.schema])
     _check_zorder(txn.table, zorder, schema, metadata.partition_columns)
+    clustering = txn.snapshot.domain_metadata.get(CLUSTERING_DOMAIN)
+    if zorder and clustering is not None and not clustering.removed:
+        raise UnsupportedCommandError(
+            f"OPTIMIZE of {txn.table}: the table is clustered (liquid clustering), and Z-order "
+            "would undo its clustering; run OPTIMIZE without zorder_by (it compacts only files "
+            "no clustering implementation clustered)."
+        )
     target = _target_size(txn, target_size)
     minimum = target if min_file_size is None else int(min_file_size)
     if minimum < 0:
@@ -259,13 +269,17 @@ def _check_zorder(table: str, columns: list[str], schema: pa.Schema, partitions:
 
 
 def _considered(txn: OptimisticTransaction, partition_filter: str | None) -> pa.StructArray:
-    """The active files of the partitions `partition_filter` selects. Not recorded as read:
-    the compaction records only the files it rewrites."""
+    """The active files of the partitions `partition_filter` selects, but those a clustering
+    implementation clustered (`clusteringProvider` set: PROTOCOL.md lets only it recluster
+    them). Not recorded as read: the compaction records only the files it rewrites."""
     fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
     by_name = {f["name"]: f for f in fields}
     partitions = {c: by_name.get(c, "string") for c in txn.metadata.partition_columns}
     predicate = parse_predicates(partition_filter, partitions)
     files = txn.snapshot.files()
+    clustered = pc.struct_field(files, "clusteringProvider")
+    if clustered.null_count != len(files):
+        files = files.filter(pc.is_null(clustered))
     return files if predicate.matches_all() else files.filter(predicate.evaluate(files))
 
 

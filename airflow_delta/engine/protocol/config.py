@@ -16,6 +16,8 @@ from typing import Any
 from airflow_delta.engine.errors import InvalidTablePropertyError
 
 DEFAULT_CHECKPOINT_INTERVAL = 10
+#: Leaf columns whose stats writers collect by default (delta.dataSkippingNumIndexedCols).
+DEFAULT_NUM_INDEXED_COLS = 32
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 DEFAULT_LOG_RETENTION = "interval 30 days"
 ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
@@ -117,6 +119,7 @@ class TableConfig:
             lambda: self.in_commit_timestamp_enablement_version,
             lambda: self.symlink_manifest_enabled,
             lambda: self.isolation_level,
+            lambda: self.num_indexed_cols,
         ]
         for get in getters:
             get()
@@ -131,6 +134,20 @@ class TableConfig:
         if not text.isdigit() or int(text) <= 0:
             raise InvalidTablePropertyError(
                 f"Table property {key}={value!r} must be a positive integer, such as '10'."
+            )
+        return int(text)
+
+    @_named
+    def num_indexed_cols(self) -> int:
+        """`delta.dataSkippingNumIndexedCols`: how many leaf columns, in schema order, get
+        stats (default 32; -1: all)."""
+        key = "delta.dataSkippingNumIndexedCols"
+        value = self.configuration.get(key, str(DEFAULT_NUM_INDEXED_COLS))
+        text = str(value).strip()
+        if not (text.isdigit() or text == "-1"):
+            raise InvalidTablePropertyError(
+                f"Table property {key}={value!r} must be -1 (all columns) or an integer >= 0, "
+                "such as '32'."
             )
         return int(text)
 

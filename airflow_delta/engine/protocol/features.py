@@ -126,6 +126,7 @@ WRITER_FEATURES = frozenset(
         "rowTracking",
         "identityColumns",
         "generatedColumns",
+        "clustering",
     }
 )
 

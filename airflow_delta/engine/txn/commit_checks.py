@@ -1,20 +1,45 @@
 """Checks of a commit's actions and schema that need no transaction state: column names,
-partition values, append-only tables."""
+partition values, append-only tables, stats of clustering columns."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
+
+import pyarrow as pa
 
 from airflow_delta.engine.errors import InvalidCommitError
-from airflow_delta.engine.protocol.actions import Action, AddFile, Metadata, RemoveFile
+from airflow_delta.engine.protocol.actions import (
+    Action,
+    AddFile,
+    DomainMetadata,
+    Metadata,
+    RemoveFile,
+)
 from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.schema import (
+    COLUMN_MAPPING_PHYSICAL_NAME,
+    delta_field_metadata,
+    is_variant,
+)
+
+#: The domain where a clustered table names its clustering columns (PROTOCOL.md).
+CLUSTERING_DOMAIN = "delta.clustering"
 
 _INVALID_NAME_CHARS = set(" ,;{}()\n\t=")
 
 
-def check_file_actions(actions: Sequence[Action], metadata: Metadata, table: str) -> None:
-    """InvalidCommitError for removes on an append-only table and for adds whose partition
-    values do not name the table's partition columns."""
+def check_file_actions(
+    actions: Sequence[Action],
+    metadata: Metadata,
+    table: str,
+    domains: Mapping[str, DomainMetadata] | None = None,
+) -> None:
+    """InvalidCommitError for removes on an append-only table, for adds whose partition
+    values do not name the table's partition columns, and for adds to a clustered table
+    (`domains`: its domain metadata) whose writers collect no stats on a clustering column."""
+    if domains and any(isinstance(a, AddFile) for a in actions):
+        check_clustering_stats(metadata, domains, table)
     columns = set(metadata.physical_partition_columns)
     if TableConfig(metadata.configuration).append_only:
         removing = [a.path for a in actions if isinstance(a, RemoveFile) and a.data_change]
@@ -49,3 +74,39 @@ def check_names(names: list[str], column_mapping: bool, table: str) -> None:
                 f"Table {table}: column names {bad} contain invalid characters among "
                 "' ,;{}()\\n\\t='; rename them or enable column mapping."
             )
+
+
+def check_clustering_stats(
+    metadata: Metadata, domains: Mapping[str, DomainMetadata], table: str
+) -> None:
+    """InvalidCommitError when the table is clustered (a `delta.clustering` domain) by a column
+    outside the leaf columns whose stats this engine's writers collect (the first
+    `delta.dataSkippingNumIndexedCols`): PROTOCOL.md requires stats on clustering columns."""
+    domain = domains.get(CLUSTERING_DOMAIN)
+    if domain is None or domain.removed:
+        return
+    wanted = json.loads(domain.configuration or "{}").get("clusteringColumns") or []
+    paths = [tuple(c) if isinstance(c, list) else (c,) for c in wanted]
+    num_indexed = TableConfig(metadata.configuration, table).num_indexed_cols
+    leaves = list(_physical_leaves(metadata.schema))
+    indexed = set(leaves if num_indexed < 0 else leaves[:num_indexed])
+    missing = [".".join(p) for p in paths if p not in indexed]
+    if missing:
+        raise InvalidCommitError(
+            f"Table {table} is clustered by {', '.join(missing)}, which is not among the first "
+            f"{num_indexed} columns that get statistics (delta.dataSkippingNumIndexedCols); a "
+            "clustered table needs statistics on its clustering columns. Raise "
+            "delta.dataSkippingNumIndexedCols (-1: all columns) and write again."
+        )
+
+
+def _physical_leaves(
+    fields: pa.Schema | pa.StructType, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
+    """The leaf columns of a schema by physical name, in the order writers index them."""
+    for f in fields:
+        name = delta_field_metadata(f).get(COLUMN_MAPPING_PHYSICAL_NAME, f.name)
+        if pa.types.is_struct(f.type) and not is_variant(f.type):
+            yield from _physical_leaves(f.type, (*prefix, name))
+        else:
+            yield (*prefix, name)

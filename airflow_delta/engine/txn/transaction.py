@@ -421,7 +421,7 @@ class OptimisticTransaction:
         # is written: a bad value must not fail a commit after its version landed.
         TableConfig(metadata.configuration, self.table).validate()
         check_writer_support(protocol, self.table, metadata)
-        check_file_actions(prepared, metadata, self.table)
+        check_file_actions(prepared, metadata, self.table, self.snapshot.domain_metadata)
         check_change_data(prepared, protocol, metadata, self.table, self.changes_from_files)
         preserved = self.row_ids_preserved or self.changes_from_files
         self.row_ids = prepare_row_tracking(prepared, self.snapshot, protocol, metadata, preserved)
