@@ -245,9 +245,12 @@ def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 class WritePlan:
     """Where and how data files of one table are written (pickled into Spark tasks).
 
-    `data_schema` holds the data columns as the files store them (`file_field`);
-    `partition_columns` name the partition columns in the written rows (physical names under
-    column mapping), with their Delta types in `partition_types`.
+    `data_schema` holds the data columns as the files store them (`file_field`), then, on a
+    table with row tracking enabled, its materialized row-id and row-commit-version columns
+    (`row_tracking_columns`: int64, no stats; null for rows that take the file's baseRowId +
+    row index and defaultRowCommitVersion); `partition_columns` name the partition columns in
+    the written rows (physical names under column mapping), with their Delta types in
+    `partition_types`.
     """
 
     uri: str
@@ -259,6 +262,13 @@ class WritePlan:
     target_file_size: int
     num_indexed_cols: int
     change_data: bool = False
+    row_tracking_columns: tuple[str, ...] = ()
+
+    @property
+    def stats_schema(self) -> pa.Schema:
+        """The columns whose stats the files carry: the data columns (not row tracking's)."""
+        hidden = set(self.row_tracking_columns)
+        return pa.schema([f for f in self.data_schema if f.name not in hidden])
 
     @classmethod
     def for_table(
@@ -278,6 +288,8 @@ class WritePlan:
         schema = metadata.schema
         types = {f["name"]: f["type"] for f in json.loads(metadata.schema_string or "{}")["fields"]}
         options = location.storage_options if storage_options is None else storage_options
+        config = TableConfig(metadata.configuration, location.uri)
+        tracking = () if change_data else config.materialized_row_tracking_columns
         return cls(
             uri=location.uri,
             root=location.table_path,
@@ -285,14 +297,16 @@ class WritePlan:
             data_schema=pa.schema(
                 [file_field(f, column_mapping) for f in schema if f.name not in columns]
                 + ([pa.field(CHANGE_TYPE_COLUMN, pa.string())] if change_data else [])
+                + [pa.field(name, pa.int64()) for name in tracking]
             ),
             partition_columns=tuple(metadata.physical_partition_columns),
             partition_types=tuple(types[c] for c in columns),
             target_file_size=target_file_size,
             num_indexed_cols=0
             if change_data
-            else TableConfig(metadata.configuration, location.uri).num_indexed_cols,
+            else config.num_indexed_cols,
             change_data=change_data,
+            row_tracking_columns=tracking,
         )
 
 
@@ -314,7 +328,7 @@ class DataFileWriter:
         self.plan = plan
         self.store = get_log_store(plan.uri, plan.storage_options)[0]
         self.prefix = f"{'cdc' if plan.change_data else 'part'}-{task:05d}-{uuid.uuid4()}"
-        self.leaves = _stats_leaves(plan.data_schema, plan.num_indexed_cols)
+        self.leaves = _stats_leaves(plan.stats_schema, plan.num_indexed_cols)
         self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
         self.values: dict[str, str | None] | None = None
         self.pending: list[pa.Table] = []
@@ -447,8 +461,13 @@ def _fill_variants(array: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def _file_columns(plan: WritePlan, batch: pa.RecordBatch) -> pa.Table:
-    """The data columns of `batch` as the data files hold them (`plan.data_schema`)."""
-    data = pa.Table.from_batches([batch]).select(plan.data_schema.names)
+    """The data columns of `batch` as the data files hold them (`plan.data_schema`); row
+    tracking's columns are null (fresh rows) unless `batch` carries them."""
+    data = pa.Table.from_batches([batch])
+    for name in plan.row_tracking_columns:
+        if name not in data.column_names:
+            data = data.append_column(name, pa.nulls(data.num_rows, pa.int64()))
+    data = data.select(plan.data_schema.names)
     for i, f in enumerate(plan.data_schema):
         if _holds_variant(f.type):
             chunks = [_fill_variants(c, f.type) for c in data.column(i).chunks]

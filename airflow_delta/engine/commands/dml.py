@@ -58,6 +58,7 @@ from airflow_delta.engine.commands.data_files import (
 )
 from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorWriter
+from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     CorruptLogError,
     IdentityColumnError,
@@ -131,6 +132,7 @@ class _Plan:
     dvs: DeletionVectorWriter | None  # None: the table does not take deletion vectors
     started: float
     change_data: bool  # the table has the change data feed enabled: write cdc files
+    tracking: RowTracking | None  # row tracking's columns: rewritten rows keep their row ids
     timings: dict[str, int] = field(default_factory=dict)
 
     def rows_only_by_partition(self) -> bool:
@@ -177,6 +179,8 @@ def _plan(
     configuration = txn.metadata.configuration
     use_dvs = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
     use_dvs = use_dvs and "deletionVectors" in writer_features(txn.protocol)
+    tracking = RowTracking.of(txn.metadata)
+    txn.row_ids_preserved = tracking is not None  # rewritten rows carry their row ids
     return _Plan(
         operation,
         txn,
@@ -187,6 +191,7 @@ def _plan(
         DeletionVectorWriter(txn.location) if use_dvs else None,
         started,
         change_data_feed_enabled(txn.protocol, txn.metadata),
+        tracking,
     )
 
 
@@ -302,7 +307,8 @@ def _physical_rows(plan: _Plan) -> npt.NDArray[np.int64]:
 
 
 def _live_rows(plan: _Plan, file: AddFile, touched: _Touched) -> tuple[pa.Table, npt.NDArray[Any]]:
-    """The live rows of a touched file (every column), and per live row whether it matches."""
+    """The live rows of a touched file (every column; on a row-tracking table and each row's
+    id and commit version), and per live row whether it matches."""
     data = plan.reader.read_file(file.path, file.partition_values, plan.schema.names)
     if data.num_rows != touched.rows:
         raise CorruptLogError(
@@ -314,7 +320,10 @@ def _live_rows(plan: _Plan, file: AddFile, touched: _Touched) -> tuple[pa.Table,
     if touched.matched is not None:
         matched[:] = False
         matched[touched.matched.astype(np.int64)] = True
-    return data.filter(columnar.bool_mask(keep)), matched[keep]
+    live = data.filter(columnar.bool_mask(keep))
+    if plan.tracking is not None:
+        live = plan.tracking.attach(live, plan.tracking.of_file(plan.reader, file))
+    return live, matched[keep]
 
 
 def _with_deletion_vector(plan: _Plan, file: AddFile, touched: _Touched) -> AddFile:
@@ -516,6 +525,9 @@ def _rows_updated(
     data, matched = _live_rows(plan, file, touched)
     mask = columnar.bool_mask(matched)
     output = assign(data, matched) if rewrite else assign(data.filter(mask), None)
+    if plan.tracking is not None:  # updated rows keep their ids, take the new commit version
+        before = data if rewrite else data.filter(mask)
+        output = plan.tracking.updated(output, before, matched if rewrite else None)
     if not plan.change_data:
         return output
     before = with_change_type(data.filter(mask), "update_preimage")

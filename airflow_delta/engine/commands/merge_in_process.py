@@ -58,6 +58,7 @@ from airflow_delta.engine.commands.merge import (
     MergeClause,
     arrow_table,
 )
+from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import UnsupportedMergeError
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.protocol.actions import Action
@@ -293,9 +294,8 @@ class ArrowMergeBuilder(MergeBuilder):
         updated, deleted or copied per clause), and the inserted source rows in slices; with
         `cdf`, and their changes."""
         tasks: list[Callable[[], pa.Table | ChangeRows]] = []
-        paths = pc.struct_field(files, "path")
-        values = pc.struct_field(files, "partitionValues")
-        dvs = pc.struct_field(files, "deletionVector")
+        tracking = RowTracking.of(reader.txn.metadata)
+        reader.txn.row_ids_preserved = tracking is not None  # rewritten rows keep their ids
         for i in np.flatnonzero(found.touched):
             start, end = int(found.starts[i]), int(found.starts[i] + found.lengths[i])
             low, high = np.searchsorted(found.rows, [start, end])
@@ -303,7 +303,8 @@ class ArrowMergeBuilder(MergeBuilder):
                 functools.partial(
                     self._file_changes,
                     reader,
-                    (paths[i].as_py(), values[i].as_py(), dvs[i].as_py()),
+                    files[int(i)].as_py(),
+                    tracking,
                     slice(start, end),
                     slice(low, high),
                     found,
@@ -329,7 +330,8 @@ class ArrowMergeBuilder(MergeBuilder):
     @staticmethod
     def _file_changes(
         reader: FileReader,
-        file: tuple[str, Any, Any],
+        file: dict[str, Any],
+        tracking: RowTracking | None,
         rows: slice,
         pairs: slice,
         found: _Matches,
@@ -337,14 +339,17 @@ class ArrowMergeBuilder(MergeBuilder):
         clauses: dict[str, list[_Clause]],
         cdf: bool,
     ) -> pa.Table | ChangeRows:
-        """The rows of one touched `file` (path, partition values, deletion vector; `rows` of
-        the candidates, `pairs` of the matching pairs) after the clauses, without the rows its
-        deletion vector deletes; with `cdf`, and their changes (the updated rows before and
-        after, the deleted rows)."""
-        path, partition, dv = file
-        data = reader.read_file(path, partition, reader.table.names)
+        """The rows of one touched `file` (ADD_TYPE fields; `rows` of the candidates, `pairs`
+        of the matching pairs) after the clauses, without the rows its deletion vector deletes
+        (with `tracking`, each row's id and commit version); with `cdf`, and their changes
+        (the updated rows before and after, the deleted rows)."""
+        dv = file["deletionVector"]
+        data = reader.read_file(file["path"], file["partitionValues"], reader.table.names)
         if dv is not None:
             data = data.filter(pa.array(reader.kept(dv, data.num_rows)))
+        if tracking is not None:
+            data = tracking.attach(data, tracking.of_file(reader, file))
+        plain = tracking.without if tracking is not None else (lambda t: t)
         parts, changes = [], []
         local = found.rows[pairs] - rows.start
         action = found.pair_action[pairs]
@@ -359,16 +364,17 @@ class ArrowMergeBuilder(MergeBuilder):
                 continue
             target = data.take(pa.array(chosen))
             if clause.assign is None:
-                changes.append(with_change_type(target, "delete"))
+                changes.append(with_change_type(plain(target), "delete"))
                 continue
             matched = i < len(clauses[MATCHED])  # one source row per row (checked)
             srows = found.srows[pairs][action == i] if matched else None
             updated = clause.assign(target, None if srows is None else source.take(pa.array(srows)))
-            parts.append(updated)
-            changes.append(with_change_type(target, "update_preimage"))
+            changes.append(with_change_type(plain(target), "update_preimage"))
             changes.append(with_change_type(updated.cast(reader.table), "update_postimage"))
+            parts.append(updated if tracking is None else tracking.updated(updated, target))
         parts.append(data.filter(pa.array(~found.modified[rows])))
-        output = pa.concat_tables([p.cast(reader.table) for p in parts])
+        schema = reader.table if tracking is None else tracking.schema(reader.table)
+        output = pa.concat_tables([p.cast(schema) for p in parts])
         return ChangeRows(output, pa.concat_tables(changes) if changes else None) if cdf else output
 
     # -- planning ---------------------------------------------------------------------------

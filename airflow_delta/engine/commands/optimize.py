@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 from airflow_delta.engine.commands.command_transaction import command_transaction
 from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
+from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import TableNotFoundError, UnsupportedCommandError
 from airflow_delta.engine.expressions.predicates import parse_predicates
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
@@ -136,7 +137,9 @@ def optimize(
     removed = add_files_from_arrow(chosen_files)
     plan.txn.track_files_read(chosen_files)
     reader = FileReader(plan.txn, plan.schema)
-    tasks = [functools.partial(_bin_rows, plan, reader, b) for b in bins]
+    tracking = RowTracking.of(plan.txn.metadata)
+    plan.txn.row_ids_preserved = tracking is not None  # the rows keep their row ids
+    tasks = [functools.partial(_bin_rows, plan, reader, b, tracking) for b in bins]
     not_null = [f.name for f in plan.txn.metadata.schema if not f.nullable]
     roll = plan.target_size if plan.zorder_by else max(2 * plan.target_size, 1)
     added = write_tasks(
@@ -311,10 +314,13 @@ def _bins(plan: _Plan) -> list[_Bin]:
     return [b for b in bins if plan.zorder_by or len(b.files) > 1 or has_dv[b.files[0]]]
 
 
-def _bin_rows(plan: _Plan, reader: FileReader, b: _Bin) -> pa.Table:
-    """The live rows of a bin's files, in file order, or sorted by z-value when Z-ordering."""
+def _bin_rows(plan: _Plan, reader: FileReader, b: _Bin, tracking: RowTracking | None) -> pa.Table:
+    """The live rows of a bin's files (with their row ids and commit versions on a table
+    with row tracking), in file order, or sorted by z-value when Z-ordering."""
     chosen = plan.files.take(int_array(np.asarray(b.files, dtype=np.int64)))
     rows = reader.read(chosen, plan.schema.names)
+    if tracking is not None:
+        rows = tracking.attach(rows, tracking.of_files(reader, chosen))
     if plan.zorder_by and rows.num_rows > 1:
         z = z_values([rows.column(c) for c in plan.zorder_by])
         rows = rows.take(int_array(np.argsort(z, kind="stable").astype(np.int64)))

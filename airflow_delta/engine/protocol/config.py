@@ -18,6 +18,10 @@ from airflow_delta.engine.errors import InvalidTablePropertyError
 DEFAULT_CHECKPOINT_INTERVAL = 10
 #: Leaf columns whose stats writers collect by default (delta.dataSkippingNumIndexedCols).
 DEFAULT_NUM_INDEXED_COLS = 32
+#: Row tracking's properties: enabled, and the names of its materialized columns.
+ENABLE_ROW_TRACKING = "delta.enableRowTracking"
+MATERIALIZED_ROW_ID = "delta.rowTracking.materializedRowIdColumnName"
+MATERIALIZED_ROW_COMMIT_VERSION = "delta.rowTracking.materializedRowCommitVersionColumnName"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 DEFAULT_LOG_RETENTION = "interval 30 days"
 ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
@@ -136,6 +140,16 @@ class TableConfig:
                 f"Table property {key}={value!r} must be a positive integer, such as '10'."
             )
         return int(text)
+
+    @property
+    def materialized_row_tracking_columns(self) -> tuple[str, ...]:
+        """The materialized row-id and row-commit-version column names when row tracking is
+        enabled and both are named (`delta.enableRowTracking`, `...materialized*ColumnName`),
+        else (): the columns in which rewritten rows keep their row ids and commit versions."""
+        conf = self.configuration
+        names = (conf.get(MATERIALIZED_ROW_ID), conf.get(MATERIALIZED_ROW_COMMIT_VERSION))
+        enabled = str(conf.get(ENABLE_ROW_TRACKING, "false")).lower() == "true"
+        return tuple(n for n in names if n) if enabled and all(names) else ()
 
     @_named
     def num_indexed_cols(self) -> int:

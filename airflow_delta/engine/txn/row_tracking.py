@@ -35,12 +35,14 @@ from airflow_delta.engine.protocol.actions import (
     Protocol,
     RemoveFile,
 )
+from airflow_delta.engine.protocol.config import (
+    ENABLE_ROW_TRACKING,
+    MATERIALIZED_ROW_COMMIT_VERSION,
+    MATERIALIZED_ROW_ID,
+)
 from airflow_delta.engine.protocol.features import writer_features
 
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
-MATERIALIZED_ROW_ID = "delta.rowTracking.materializedRowIdColumnName"
-MATERIALIZED_ROW_COMMIT_VERSION = "delta.rowTracking.materializedRowCommitVersionColumnName"
-ENABLE_ROW_TRACKING = "delta.enableRowTracking"
 
 
 def row_tracking_supported(protocol: Protocol) -> bool:

@@ -11,11 +11,13 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_delta.engine import DeltaLog, Operation
 from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from airflow_delta.engine.errors import InvalidCommitError, InvalidTablePropertyError
+from airflow_delta.engine.protocol.config import MATERIALIZED_ROW_ID as ROW_ID
 from airflow_delta.engine.protocol.config import TableConfig
 from tests.engine.commands.dml_tables import append
 
@@ -93,10 +95,6 @@ def test_optimize_compacts_only_unclustered_files_and_never_zorders(tmp_path: Pa
         dataclasses.replace(f, clustering_provider="liquid", data_change=False) for f in golden
     ]
     log.start_transaction().commit(clustered_files, Operation("OPTIMIZE"))
-    # rewrites on a row-tracking table keep row ids: test_row_tracking.py; here tracking is off
-    untracked = {**snapshot.metadata.configuration, "delta.enableRowTracking": "false"}
-    metadata = dataclasses.replace(snapshot.metadata, configuration=untracked)
-    log.start_transaction().commit([metadata], Operation("SET TBLPROPERTIES"))
     for i in range(3):
         append(uri, rows([1000 + i]))
     with pytest.raises(UnsupportedCommandError, match="clustered"):
@@ -105,3 +103,10 @@ def test_optimize_compacts_only_unclustered_files_and_never_zorders(tmp_path: Pa
     assert result.metrics["numFilesRemoved"] == 3 and result.metrics["numFilesAdded"] == 1
     after = {f.path: f for f in DeltaLog.for_table(uri).update().all_files()}
     assert all(after[f.path].clustering_provider == "liquid" for f in golden)  # left alone
+    (compacted,) = [f for f in after.values() if f.path not in {g.path for g in golden}]
+    stored = pq.read_table(Path(uri, compacted.path))  # the rows keep their row ids
+    assert sorted(stored.column(snapshot.metadata.configuration[ROW_ID]).to_pylist()) == [
+        436,
+        437,
+        438,
+    ]
