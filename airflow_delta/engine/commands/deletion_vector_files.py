@@ -14,17 +14,18 @@ store (the only user of fsspec):
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
 from airflow_delta.engine.log.table_location import TableLocation
-from airflow_delta.engine.protocol.actions import DeletionVectorDescriptor
+from airflow_delta.engine.protocol.actions import AddFile, DeletionVectorDescriptor
 from airflow_delta.engine.protocol.deletion_vectors import (
     FILE_FORMAT_VERSION,
     MAX_INLINE_BYTES,
@@ -38,6 +39,10 @@ from airflow_delta.engine.protocol.deletion_vectors import (
     relative_dv_path,
     serialize_row_indexes,
 )
+from airflow_delta.engine.protocol.features import writer_features
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 RowIndexes = npt.NDArray[np.uint64]
 
@@ -152,3 +157,51 @@ class DeletionVectorWriter:
         if self.written is not None:
             with contextlib.suppress(OSError):
                 self.location.store.delete(self.written)
+
+
+def live_row_indexes(
+    chosen: npt.NDArray[np.bool_], deleted: npt.NDArray[np.uint64], rows: int | None
+) -> npt.NDArray[np.uint64]:
+    """The indexes in their file of the live rows `chosen` selects (a mask over the rows a
+    file's deletion vector kept, in file order), given the rows it deleted (`deleted`, sorted)
+    and the file's `rows` (its numRecords; needed only when `deleted` is not empty)."""
+    if not len(deleted):
+        return np.flatnonzero(chosen).astype(np.uint64)
+    if rows is None:
+        raise DeltaProtocolError(
+            "a data file with a deletion vector has no numRecords in its stats (required)"
+        )
+    live = np.setdiff1d(np.arange(rows, dtype=np.uint64), deleted, assume_unique=True)
+    return live[chosen]
+
+
+def with_deletion_vector(file: AddFile, descriptor: DeletionVectorDescriptor) -> AddFile:
+    """`file` re-added with `descriptor` as its deletion vector (which replaces its old one).
+    Its stats stay (they count the file's rows), marked as no longer tight bounds; its row
+    ids, commit version and clustering stay."""
+    stats = file.stats
+    if stats:
+        parsed = json.loads(stats)
+        parsed["tightBounds"] = False
+        stats = json.dumps(parsed, separators=(",", ":"))
+    return AddFile(
+        path=file.path,
+        partition_values=file.partition_values,
+        size=file.size,
+        modification_time=file.modification_time,
+        data_change=True,
+        stats=stats,
+        tags=file.tags,
+        deletion_vector=descriptor,
+        base_row_id=file.base_row_id,
+        default_row_commit_version=file.default_row_commit_version,
+        clustering_provider=file.clustering_provider,
+    )
+
+
+def deletion_vectors_enabled(txn: OptimisticTransaction) -> bool:
+    """Whether commands write deletion vectors on `txn`'s table (the deletionVectors feature
+    and delta.enableDeletionVectors=true); else they rewrite files."""
+    configuration = txn.metadata.configuration
+    enabled = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
+    return enabled and "deletionVectors" in writer_features(txn.protocol)

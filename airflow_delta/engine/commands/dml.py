@@ -57,7 +57,11 @@ from airflow_delta.engine.commands.data_files import (
     write_change_tasks,
 )
 from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar
-from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorWriter
+from airflow_delta.engine.commands.deletion_vector_files import (
+    DeletionVectorWriter,
+    deletion_vectors_enabled,
+    with_deletion_vector,
+)
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     CorruptLogError,
@@ -75,7 +79,6 @@ from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.features import (
     change_data_feed_enabled,
     check_writer_support,
-    writer_features,
 )
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.protocol.schema import delta_field_metadata
@@ -176,9 +179,7 @@ def _plan(
     parsed = txn.parse_file_predicate(predicate)  # once, for the files and for the rows
     rows = None if predicate is None else PartitionPredicate(predicate, parsed.root, parsed.used)
     files = _candidates(txn, parsed)
-    configuration = txn.metadata.configuration
-    use_dvs = configuration.get("delta.enableDeletionVectors", "false").lower() == "true"
-    use_dvs = use_dvs and "deletionVectors" in writer_features(txn.protocol)
+    use_dvs = deletion_vectors_enabled(txn)
     tracking = RowTracking.of(txn.metadata)
     txn.row_ids_preserved = tracking is not None  # rewritten rows carry their row ids
     return _Plan(
@@ -327,29 +328,10 @@ def _live_rows(plan: _Plan, file: AddFile, touched: _Touched) -> tuple[pa.Table,
 
 
 def _with_deletion_vector(plan: _Plan, file: AddFile, touched: _Touched) -> AddFile:
-    """`file` with a new deletion vector: the rows of its old one and the matching rows. Its
-    stats stay (they count the file's rows), marked as no longer tight bounds."""
+    """`file` with a new deletion vector: the rows of its old one and the matching rows."""
     assert plan.dvs is not None and touched.matched is not None
     old = plan.reader.deletion_vectors.read(touched.dv) if touched.dv else touched.matched[:0]
-    descriptor = plan.dvs.add(np.union1d(old, touched.matched))
-    stats = file.stats
-    if stats:
-        parsed = json.loads(stats)
-        parsed["tightBounds"] = False
-        stats = json.dumps(parsed, separators=(",", ":"))
-    return AddFile(
-        path=file.path,
-        partition_values=file.partition_values,
-        size=file.size,
-        modification_time=file.modification_time,
-        data_change=True,
-        stats=stats,
-        tags=file.tags,
-        deletion_vector=descriptor,
-        base_row_id=file.base_row_id,
-        default_row_commit_version=file.default_row_commit_version,
-        clustering_provider=file.clustering_provider,
-    )
+    return with_deletion_vector(file, plan.dvs.add(np.union1d(old, touched.matched)))
 
 
 def _commit(plan: _Plan, changes: _Changes, metrics: dict[str, int]) -> CommitResult:

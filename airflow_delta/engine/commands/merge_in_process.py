@@ -49,6 +49,12 @@ from airflow_delta.engine.commands.data_reader import (
     plain_table,
     same_family,
 )
+from airflow_delta.engine.commands.deletion_vector_files import (
+    DeletionVectorWriter,
+    deletion_vectors_enabled,
+    live_row_indexes,
+    with_deletion_vector,
+)
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -61,7 +67,8 @@ from airflow_delta.engine.commands.merge import (
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import UnsupportedMergeError
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
-from airflow_delta.engine.protocol.actions import Action
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow
+from airflow_delta.engine.protocol.actions import Action, AddFile
 from airflow_delta.engine.protocol.features import (
     change_data_feed_enabled,
     check_writer_support,
@@ -195,8 +202,17 @@ class ArrowMergeBuilder(MergeBuilder):
         touched = files.filter(pa.array(found.touched))
         # change data files unless the MERGE only inserts (readers take its adds as inserts)
         cdf = change_data_feed_enabled(txn.protocol, txn.metadata) and bool(len(touched))
-        tasks = self._changes_in_process(reader, files, found, source, clauses, cdf)
-        adds, cdcs = write_change_tasks(txn, tasks, self._not_null(txn), "MERGE")
+        dvs = DeletionVectorWriter(txn.location) if deletion_vectors_enabled(txn) else None
+        tasks = self._changes_in_process(reader, files, found, source, clauses, cdf, dvs is None)
+        with_dv = [] if dvs is None else _deletion_vectors(reader, files, found, dvs)
+        if dvs is not None:
+            dvs.finish()
+        try:
+            adds, cdcs = write_change_tasks(txn, tasks, self._not_null(txn), "MERGE")
+        except BaseException:
+            if dvs is not None:
+                dvs.abort()
+            raise
         position = {MATCHED: 0, NOT_MATCHED_BY_SOURCE: 0}
         per_clause = []
         for clause in self.clauses:
@@ -204,6 +220,8 @@ class ArrowMergeBuilder(MergeBuilder):
                 per_clause.append(found.num_modified(clause.kind, position[clause.kind]))
                 position[clause.kind] += 1
         rows = int(found.lengths[found.touched].sum())
+        if dvs is not None:  # rows a DV leaves in place are not copied
+            rows = int(np.count_nonzero(found.modified))
         self.executor = "in-process"
         log.info(
             "MERGE into %s ran in process: %d of %d candidate files touched, %d files written",
@@ -213,7 +231,16 @@ class ArrowMergeBuilder(MergeBuilder):
             len(adds),
         )
         actions, metrics = self._metrics(per_clause, touched, rows, adds, source.num_rows)
-        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
+        had_dv = len(touched) - pc.struct_field(touched, "deletionVector").null_count
+        updated_dvs = sum(1 for old, _ in with_dv if old.deletion_vector is not None)
+        metrics |= {
+            "numTargetChangeFilesAdded": len(cdcs),
+            "numTargetFilesRemoved": len(touched) - len(with_dv),
+            "numTargetDeletionVectorsAdded": len(with_dv),
+            "numTargetDeletionVectorsRemoved": had_dv,
+            "numTargetDeletionVectorsUpdated": updated_dvs,
+        }
+        return [*actions, *(new for _, new in with_dv), *cdcs], metrics
 
     def _find_touched_files_in_process(
         self,
@@ -289,10 +316,12 @@ class ArrowMergeBuilder(MergeBuilder):
         source: pa.Table,
         clauses: dict[str, list[_Clause]],
         cdf: bool,
+        copy: bool = True,
     ) -> list[Callable[[], pa.Table | ChangeRows]]:
         """writeAllChanges as tasks, each giving rows to write: one per touched file (its rows
-        updated, deleted or copied per clause), and the inserted source rows in slices; with
-        `cdf`, and their changes."""
+        updated, deleted or, with `copy`, copied per clause; without, a deletion vector keeps
+        the unmodified rows in place), and the inserted source rows in slices; with `cdf`,
+        and their changes."""
         tasks: list[Callable[[], pa.Table | ChangeRows]] = []
         tracking = RowTracking.of(reader.txn.metadata)
         reader.txn.row_ids_preserved = tracking is not None  # rewritten rows keep their ids
@@ -311,6 +340,7 @@ class ArrowMergeBuilder(MergeBuilder):
                     source,
                     clauses,
                     cdf,
+                    copy,
                 )
             )
         inserting = clauses[NOT_MATCHED]
@@ -338,6 +368,7 @@ class ArrowMergeBuilder(MergeBuilder):
         source: pa.Table,
         clauses: dict[str, list[_Clause]],
         cdf: bool,
+        copy: bool = True,
     ) -> pa.Table | ChangeRows:
         """The rows of one touched `file` (ADD_TYPE fields; `rows` of the candidates, `pairs`
         of the matching pairs) after the clauses, without the rows its deletion vector deletes
@@ -372,9 +403,12 @@ class ArrowMergeBuilder(MergeBuilder):
             changes.append(with_change_type(plain(target), "update_preimage"))
             changes.append(with_change_type(updated.cast(reader.table), "update_postimage"))
             parts.append(updated if tracking is None else tracking.updated(updated, target))
-        parts.append(data.filter(pa.array(~found.modified[rows])))
+        if copy:
+            parts.append(data.filter(pa.array(~found.modified[rows])))
         schema = reader.table if tracking is None else tracking.schema(reader.table)
-        output = pa.concat_tables([p.cast(schema) for p in parts])
+        output = (
+            pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
+        )
         return ChangeRows(output, pa.concat_tables(changes) if changes else None) if cdf else output
 
     # -- planning ---------------------------------------------------------------------------
@@ -627,3 +661,24 @@ def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
         raise UnsupportedMergeError(
             f"MERGE into {table}: the in-process MERGE cannot use {sql} as {type_}: {exc}"
         ) from None
+
+
+def _deletion_vectors(
+    reader: FileReader, files: pa.StructArray, found: _Matches, dvs: DeletionVectorWriter
+) -> list[tuple[AddFile, AddFile]]:
+    """(old, re-added with a deletion vector) of each touched file some of whose live rows
+    stay: its new DV deletes the rows of its old one and the rows the MERGE modified (written
+    elsewhere). A file whose every live row is modified is removed whole (not listed)."""
+    out = []
+    for i in np.flatnonzero(found.touched):
+        start, end = int(found.starts[i]), int(found.starts[i] + found.lengths[i])
+        modified = found.modified[start:end]
+        if modified.all():
+            continue
+        (file,) = add_files_from_arrow(files.slice(int(i), 1))
+        dv = file.deletion_vector
+        old = reader.deletion_vectors.read(dv.to_json_dict()) if dv is not None else None
+        old = old if old is not None else np.zeros(0, dtype=np.uint64)
+        rows = live_row_indexes(modified, old, file.num_records)
+        out.append((file, with_deletion_vector(file, dvs.add(np.union1d(old, rows)))))
+    return out

@@ -1,10 +1,12 @@
-"""The in-process MERGE into files that carry deletion vectors (written by this engine's
-DELETE): the rows a DV deletes stay deleted, a touched file is removed with its DV, and the
-result is what deltalake's MERGE gives on a copy where the same rows were deleted by rewrite.
-All three readers (engine, deltalake, DuckDB) agree on the result."""
+"""The in-process MERGE and deletion vectors: into files that carry DVs (written by this
+engine's DELETE) the rows a DV deletes stay deleted; on a table with DVs enabled the MERGE
+writes a DV over the rows it modifies (the others stay in place), else it rewrites the touched
+file and removes it with its DV. The result is what deltalake's MERGE gives on a copy where
+the same rows were deleted by rewrite; engine, deltalake and DuckDB agree on it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +17,7 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_delta.engine import DeltaLog, delete
+from airflow_delta.engine import DeltaLog, Operation, delete
 from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from tests.engine.commands.dml_tables import ROWS as TABLE_ROWS
 from tests.engine.commands.dml_tables import (
@@ -26,6 +28,8 @@ from tests.engine.commands.dml_tables import (
     deltalake_rows,
     rows,
 )
+
+SET = Operation("SET TBLPROPERTIES")
 
 
 def _merge(uri: str, source: pa.Table, clauses: str) -> Any:
@@ -46,22 +50,40 @@ def _deltalake_merge(uri: str, source: pa.Table, clauses: str) -> None:
     merger.when_not_matched_insert_all().execute()
 
 
-def test_a_merge_rewrites_a_touched_file_without_its_deleted_rows(tmp_path: Path) -> None:
+def test_a_merge_writes_a_deletion_vector_over_the_rows_it_modifies(tmp_path: Path) -> None:
     uri = create(tmp_path / "t", batch(range(10)), dv=True, partitioned=False)
     assert delete(uri, "id IN (1, 2)").metrics["numDeletionVectorsAdded"] == 1
     source = batch([2, 3, 20], s=["new", "new", "new"])
     result = _merge(uri, source, "update")
     metrics = result.metrics
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, 2)
-    assert metrics["numTargetRowsCopied"] == 7  # 10 rows - 2 deleted by the DV - 1 updated
+    assert metrics["numTargetRowsCopied"] == 0  # the 7 other rows stay in place
+    assert (metrics["numTargetDeletionVectorsAdded"], metrics["numTargetFilesRemoved"]) == (1, 0)
+    assert metrics["numTargetDeletionVectorsUpdated"] == 1  # its DV now holds 1, 2 and 3
     got = rows(uri)  # engine, deltalake and DuckDB agree
     assert sorted(r[0] for r in got if r[2] == "new") == [2, 3, 20]  # 2: deleted, so inserted
     assert sorted(r[0] for r in got) == [0, 2, 3, 4, 5, 6, 7, 8, 9, 20]  # 1 stays deleted
     commit = Path(uri, "_delta_log", f"{result.version:020d}.json").read_text().splitlines()
     removed = [json.loads(line)["remove"] for line in commit if '"remove"' in line]
-    assert len(removed) == 1 and removed[0]["deletionVector"] is not None  # (path, DV) removed
+    assert len(removed) == 1 and removed[0]["deletionVector"] is not None  # (path, old DV)
     files = DeltaLog.for_table(uri).update().files().to_pylist()
-    assert all(f["deletionVector"] is None for f in files)
+    (kept,) = [f for f in files if f["path"] == removed[0]["path"]]
+    assert kept["deletionVector"]["cardinality"] == 3
+
+
+def test_without_deletion_vectors_a_touched_dv_file_is_rewritten(tmp_path: Path) -> None:
+    """DVs written earlier, then disabled: the MERGE rewrites the file without its deleted
+    rows and removes it with its DV."""
+    uri = create(tmp_path / "t", batch(range(10)), dv=True, partitioned=False)
+    delete(uri, "id IN (1, 2)")
+    log = DeltaLog.for_table(uri)
+    metadata = log.update().metadata
+    off = {**metadata.configuration, "delta.enableDeletionVectors": "false"}
+    log.start_transaction().commit([dataclasses.replace(metadata, configuration=off)], SET)
+    result = _merge(uri, batch([3], s=["new"]), "update")
+    assert result.metrics["numTargetRowsCopied"] == 7  # 10 - 2 deleted by the DV - 1 updated
+    assert sorted(r[0] for r in rows(uri)) == [0, 3, 4, 5, 6, 7, 8, 9]
+    assert all(f["deletionVector"] is None for f in log.update().files().to_pylist())
 
 
 @settings(
