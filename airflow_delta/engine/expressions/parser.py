@@ -6,26 +6,35 @@ The grammar is the part of Spark SQL that makes sense over partition values:
     or         := and (OR and)*
     and        := not (AND not)*
     not        := NOT not | comparison
-    comparison := operand [ op operand | [NOT] IN '(' operand (',' operand)* ')'
-                          | [NOT] BETWEEN operand AND operand | IS [NOT] NULL ]
+    comparison := sum [ op sum | [NOT] IN '(' sum (',' sum)* ')'
+                      | [NOT] BETWEEN sum AND sum | IS [NOT] NULL ]
     op         := = | == | != | <> | < | <= | > | >= | <=>
-    operand    := column | `column` | literal | '(' or ')'
+    sum        := product (('+' | '-' | '||') product)*
+    product    := unary (('*' | '/' | '%') unary)*
+    unary      := '-' unary | '+' unary | operand
+    operand    := column | `column` | literal | '(' or ')' | CAST '(' or AS type ')'
+                | CASE [sum] (WHEN or THEN or)+ [ELSE or] END | function '(' [or (',' or)*] ')'
     literal    := 'string' | [+-]number | TRUE | FALSE | NULL | DATE 'yyyy-mm-dd'
                 | TIMESTAMP 'yyyy-mm-dd hh:mm:ss[.ffffff][Z|+hh:mm]'
 
 Keywords and column names are case-insensitive. Columns are resolved against the table's
 partition columns, and both sides of each comparison converted to their common type
-(`coercion`), as the parser goes: every error points at its place in the text.
+(`coercion`), as the parser goes: every error points at its place in the text. Value
+expressions (arithmetic, CAST, CASE, functions) are typed and built by `values`; what it does not
+evaluate is an InvalidPredicateError too, so that callers can fall back to Spark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 from airflow_delta.engine.errors import InvalidPredicateError
+from airflow_delta.engine.expressions import values
+from airflow_delta.engine.expressions.casts import sql_type
 from airflow_delta.engine.expressions.coercion import (
     EXPECTED,
     Value,
@@ -42,6 +51,7 @@ from airflow_delta.engine.expressions.tree import (
     And,
     Column,
     Compare,
+    Const,
     Expr,
     In,
     IsNull,
@@ -66,31 +76,37 @@ def parse(
     text: str,
     partition_columns: PartitionColumns,
     data_columns: PartitionColumns | None = None,
+    *,
+    now: dt.datetime | None = None,
 ) -> tuple[Expr, UsedColumns]:
     """The boolean expression tree of the predicate `text`, and the columns it uses.
 
     With `data_columns` (the table's other columns, same form), the predicate may also use
     those (data skipping reads their statistics). Raises InvalidPredicateError for a syntax
     error, an unknown column, or a literal that cannot be compared with what it is compared
-    with.
+    with. `now` (naive UTC; the current time by default) is the statement's
+    `current_timestamp()`.
     """
-    return _Parser(text, partition_columns, data_columns).parse()
+    return _Parser(text, partition_columns, data_columns, now=now).parse()
 
 
-def parse_value(text: str, columns: PartitionColumns) -> tuple[Expr, UsedColumns]:
+def parse_value(
+    text: str, columns: PartitionColumns, *, now: dt.datetime | None = None
+) -> tuple[Expr, UsedColumns]:
     """The expression tree of the value expression `text` over `columns` (name -> Delta type,
     or schema field), and the columns it uses: a column, a literal (typed as Spark types it:
-    `5` a long, `1.5` a decimal, `'x'` a string, `DATE '...'`, `NULL` of type null), or a
-    condition (a boolean, NULL when unknown), as the right side of an UPDATE assignment.
-    Raises InvalidPredicateError as `parse` does, also for anything else (arithmetic, calls).
+    `5` an int, `5000000000` a long, `1.5` a decimal, `'x'` a string, `DATE '...'`, `NULL` of
+    type null), a condition (a boolean, NULL when unknown), or a value expression (`values`:
+    arithmetic, CAST, CASE, functions), as the right side of an UPDATE assignment. Raises
+    InvalidPredicateError as `parse` does, also for what `values` does not evaluate.
 
     >>> parse_value("DATE '2024-01-02'", {})[0].type
     DataType(date32[day])
     """
-    parser = _Parser(text, {}, columns)
+    parser = _Parser(text, {}, columns, now=now)
     node = parser._or()
     parser._expect("end", "an operator, AND, OR or the end of the expression")
-    return coerce(node, node.type), parser.used
+    return values.natural(node), parser.used
 
 
 class _Parser:
@@ -101,8 +117,11 @@ class _Parser:
         text: str,
         partition_columns: PartitionColumns,
         data_columns: PartitionColumns | None = None,
+        *,
+        now: dt.datetime | None = None,
     ) -> None:
         self.text = text
+        self.now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
         self.data_columns = data_columns
         self.partition_columns = {**(data_columns or {}), **partition_columns}
         self.by_lower = {name.lower(): name for name in self.partition_columns}
@@ -191,11 +210,11 @@ class _Parser:
 
     def _comparison(self) -> Node:
         start = self._peek().start
-        left = self._operand()
+        left = self._sum()
         token = self._op("=", "==", "!=", "<>", "<", "<=", ">", ">=", "<=>")
         if token is not None:
             op = _SYNONYMS.get(token.value, token.value)
-            compared, right = self._unify([left, self._operand()])
+            compared, right = self._unify([left, self._sum()])
             return Compare(self._span(start), op, compared, right)
         if self._keyword("is"):
             negated = self._keyword("not") is not None
@@ -214,9 +233,9 @@ class _Parser:
 
     def _in(self, start: int, operand: Node) -> Expr:
         self._expect("op", "'('", "(")
-        items = [self._operand()]
+        items = [self._sum()]
         while self._op(","):
-            items.append(self._operand())
+            items.append(self._sum())
         self._expect("op", "',' or ')'", ")")
         operand, *items = self._reinterpret_all([operand, *items])
         type_ = self._common([operand, *items])
@@ -230,14 +249,129 @@ class _Parser:
         )
 
     def _between(self, start: int, operand: Node) -> Expr:
-        low = self._operand()
+        low = self._sum()
         self._expect("ident", "AND", "and")
-        high = self._operand()
+        high = self._sum()
         compared, lowest, highest = self._unify([operand, low, high])
         span = self._span(start)
         return And(
             span, Compare(span, ">=", compared, lowest), Compare(span, "<=", compared, highest)
         )
+
+    # -- value expressions
+
+    def _value(self, position: int, build: Callable[..., Expr], *args: Any) -> Expr:
+        """`build(*args)`, its ValueError (what `values` does not evaluate) reported at
+        `position`."""
+        try:
+            return build(*args)
+        except ValueError as exc:
+            if isinstance(exc, InvalidPredicateError):
+                raise
+            raise self._error(
+                f"has an expression at character {position + 1} that the "
+                f"engine does not evaluate: {exc}.",
+                position,
+            ) from None
+
+    def _sum(self) -> Node:
+        start = self._peek().start
+        node = self._product()
+        while (token := self._op("+", "-", "||")) is not None:
+            left, right = values.natural(node), values.natural(self._product())
+            span, op = self._span(start), token.value
+            if op == "||":
+                node = self._value(
+                    token.start, values.call, span, "concat", [left, right], self.now
+                )
+            else:
+                node = self._value(token.start, values.arithmetic, span, op, left, right)
+        return node
+
+    def _product(self) -> Node:
+        start = self._peek().start
+        node = self._unary()
+        while (token := self._op("*", "/", "%")) is not None:
+            left, right = values.natural(node), values.natural(self._unary())
+            span, op = self._span(start), token.value
+            node = self._value(token.start, values.arithmetic, span, op, left, right)
+        return node
+
+    def _unary(self) -> Node:
+        token = self._peek()
+        if (
+            token.kind == "op"
+            and token.value in ("+", "-")
+            and self.tokens[self.index + 1].kind != "number"
+        ):
+            self._next()
+            operand = values.natural(self._unary())
+            if token.value == "+":
+                return operand
+            span = self._span(token.start)
+            return self._value(token.start, values.negate, span, operand)
+        return self._operand()
+
+    def _arguments(self) -> list[Expr]:
+        """The arguments of a call, after its '('; the ')' consumed."""
+        args: list[Expr] = []
+        if self._op(")"):
+            return args
+        args.append(values.natural(self._or()))
+        while self._op(","):
+            args.append(values.natural(self._or()))
+        self._expect("op", "',' or ')'", ")")
+        return args
+
+    def _call(self, name: Token) -> Expr:
+        if name.value.lower() == "cast":
+            return self._cast(name)
+        args = self._arguments()
+        span = self._span(name.start)
+        return self._value(name.start, values.call, span, name.value, args, self.now)
+
+    def _cast(self, keyword: Token) -> Expr:
+        operand = values.natural(self._or())
+        self._expect("ident", "AS", "as")
+        first = self._expect("ident", "a type")
+        depth = 0
+        while self._peek().kind != "end" and (depth or self._peek().value != ")"):
+            depth += {"(": 1, ")": -1}.get(self._next().value, 0)
+        name = self.text[first.start : self._peek().start]
+        self._expect("op", "')'", ")")
+        type_ = sql_type(name)
+        span = self._span(keyword.start)
+        if type_ is None:
+            raise self._error(
+                f"casts to {name.strip()} at character {first.start + 1}, a type the engine "
+                "does not cast to.",
+                first.start,
+            )
+        return self._value(keyword.start, values.sql_cast, span, operand, type_)
+
+    def _case(self, keyword: Token) -> Expr:
+        subject = None if self._keyword("when") else values.natural(self._sum())
+        if subject is not None:
+            self._expect("ident", "WHEN", "when")
+        branches: list[tuple[Expr, Expr]] = []
+        while True:
+            condition: Node = self._or()
+            if subject is not None:
+                condition = self._unify_compare(subject, condition)
+            self._expect("ident", "THEN", "then")
+            branches.append((self._boolean(condition), values.natural(self._or())))
+            if not self._keyword("when"):
+                break
+        null = Const((keyword.start, keyword.start), pa.nulls(1, pa.null())[0])
+        otherwise: Expr = values.natural(self._or()) if self._keyword("else") else null
+        self._expect("ident", "WHEN, ELSE or END", "end")
+        span = self._span(keyword.start)
+        return self._value(keyword.start, values.case, span, branches, otherwise)
+
+    def _unify_compare(self, subject: Expr, value: Node) -> Expr:
+        """`subject = value`, for a simple CASE's WHEN."""
+        compared, right = self._unify([subject, value])
+        return Compare(value.span, "=", compared, right)
 
     def _operand(self) -> Node:
         token = self._next()
@@ -261,6 +395,13 @@ class _Parser:
                 return self._literal(span, {"true": True, "false": False, "null": None}[word])
             if word in ("date", "timestamp") and self._peek().kind == "string":
                 return self._typed_literal(token, self._next())
+            if self._op("("):
+                return self._call(token)
+            if word == "case" and self._peek().kind not in ("op", "end"):
+                return self._case(token)
+            if word in ("current_date", "current_timestamp"):
+                span_ = self._span(token.start)
+                return self._value(token.start, values.call, span_, word, [], self.now)
             if word not in KEYWORDS:
                 return self._column(token)
         raise self._syntax_error("a column, a literal or '('", token)

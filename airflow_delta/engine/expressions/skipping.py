@@ -23,7 +23,8 @@ The rules, as Delta's (PROTOCOL.md, "Per-file Statistics"), always erring toward
   whose column is all NULL (`nullCount == numRecords`) matches no comparison;
 - AND, OR and NOT follow SQL's three-valued logic: a file is kept for `p` when `p` may be TRUE
   for a row, and for `NOT p` when `p` may be FALSE for a row; NOT is pushed through AND/OR and
-  negates comparisons (safe with a non-NULL literal); anything else keeps the file.
+  negates comparisons (safe with a non-NULL literal); anything else keeps the file, such as a
+  condition over a computed value (`amount * 2 > 10`, `upper(s) = 'X'`) on a data column.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from airflow_delta.engine.expressions.predicates import (
 )
 from airflow_delta.engine.expressions.tree import (
     And,
+    Apply,
     Cast,
     Column,
     Compare,
@@ -521,6 +523,8 @@ def _columns(node: Expr) -> set[str]:
         return _columns(node.operand)
     if isinstance(node, Compare | And | Or):
         return _columns(node.left) | _columns(node.right)
+    if isinstance(node, Apply):
+        return set().union(*(_columns(arg) for arg in node.args))
     found = _columns(node.operand)
     for other in node.others:
         found |= _columns(other)

@@ -19,7 +19,7 @@ _TOKEN = re.compile(
     r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)"
     r"|(?P<string>'(?:[^']|'')*')"
     r"|(?P<quoted>`(?:[^`]|``)*`)"
-    r"|(?P<op><=>|<=|>=|<>|!=|==|[=<>(),+-])"
+    r"|(?P<op><=>|<=|>=|<>|!=|==|\|\||[=<>(),+*/%-])"
 )
 _WORD = re.compile(r"[\w.]*")  # never fails to match
 

@@ -6,6 +6,9 @@ Evaluation uses SQL's three-valued logic: a comparison with NULL is unknown (nul
 are Kleene's. Floating-point comparisons follow Spark: NaN equals NaN and is above every other
 value.
 
+Value expressions (arithmetic, CAST, CASE, functions) are `Apply` nodes: a function of their
+arguments' values, typed by `values`.
+
 The parser builds `Literal` nodes, which have no type of their own yet; `coerce` turns each into
 a `Const` of the type it is compared in, so that the finished tree (an `Expr`) holds none.
 """
@@ -200,7 +203,22 @@ class Not:
         return pc.invert(self.operand.evaluate(columns))
 
 
-Expr: TypeAlias = Column | Const | Cast | Compare | In | IsNull | And | Or | Not
+@dataclass(frozen=True)
+class Apply:
+    """A value computed from its arguments' values by `kernel`: arithmetic, a SQL CAST, CASE or
+    a function call (`values` builds them, with Spark's result type)."""
+
+    span: tuple[int, int]
+    name: str  # the operator or function, for messages
+    args: tuple[Expr, ...]
+    type: pa.DataType
+    kernel: Callable[[list[Result]], Result]
+
+    def evaluate(self, columns: Columns) -> Result:
+        return self.kernel([arg.evaluate(columns) for arg in self.args])
+
+
+Expr: TypeAlias = Column | Const | Cast | Compare | In | IsNull | And | Or | Not | Apply
 """A node that evaluates: the nodes of a finished tree."""
 
 Node: TypeAlias = Expr | Literal

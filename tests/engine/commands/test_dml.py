@@ -233,7 +233,7 @@ def test_update_values_typed_as_the_column(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'nope' is not a column"):
         update(uri, {"nope": "1"}, "id = 3")
     with pytest.raises(UnsupportedCommandError, match="run it on Spark"):
-        update(uri, {"k": "k + 1"}, "id = 3")
+        update(uri, {"k": "nope(k)"}, "id = 3")  # a function the engine does not know
     with pytest.raises(ValueError, match="assignments"):
         update(uri, {}, "id = 3")
     assert sorted(p.name for p in Path(uri).rglob("*.parquet")) == before  # nothing written

@@ -50,7 +50,8 @@ def test_unknown_or_non_partition_columns_are_refused() -> None:
         ("n = 1; DROP TABLE t", 5, "unexpected character ';'"),
         ("n = 1abc", 4, "malformed number '1abc'"),
         ("n = 1.2.3", 4, "malformed number '1.2.3'"),
-        ("n = to_date(1)", 4, "not a partition column"),
+        ("n = to_date(1)", 4, "does not evaluate"),
+        ("n = upper(zz)", 10, "not a partition column"),
     ],
 )
 def test_syntax_errors_point_at_the_problem(predicate: str, position: int, fragment: str) -> None:
