@@ -34,7 +34,6 @@ DataFrame APIs are used, so a Spark Connect session works too.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -46,7 +45,11 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from airflow_delta.engine.commands.command_transaction import command_transaction
+from airflow_delta.engine.commands.command_transaction import (
+    command_transaction,
+    commit_command,
+    dml_operation,
+)
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
@@ -120,14 +123,6 @@ def pruning_predicates(txn: OptimisticTransaction, predicate: str | None) -> lis
     return found
 
 
-def _operation(name: str, predicate: str | None) -> Operation:
-    """The operation as delta-spark records it (as the in-process commands do): DELETE's
-    predicate a JSON list of conditions, UPDATE's the condition (absent without one)."""
-    if name == "DELETE":
-        return Operation(name, {"predicate": json.dumps([predicate] if predicate else [])})
-    return Operation(name, {"predicate": predicate} if predicate else {})
-
-
 def _start(
     name: str,
     spark: SparkSession,
@@ -142,7 +137,7 @@ def _start(
     if isinstance(table, DeltaLog):
         storage_options, table = table.storage_options, table.table_uri
     txn = command_transaction(name, table, storage_options, commit_properties)
-    operation = _operation(name, predicate)
+    operation = dml_operation(name, predicate)
     if txn.already_committed():
         return txn.result(None, operation)
     if txn.read_version < 0:
@@ -220,18 +215,7 @@ def _commit(
         "executionTimeMs": _ms_since(scan.started),
     }
     operation = Operation(scan.operation.name, scan.operation.parameters, metrics)
-    if not actions and not txn.properties.app_transactions:
-        log.info("%s of %s matched no row: nothing to commit", operation.name, txn.table)
-        return txn.result(None, operation)
-    result = txn.commit(actions, operation)
-    log.info(
-        "%s of %s on Spark committed version %s: %s",
-        operation.name,
-        txn.table,
-        result.version,
-        {k: v for k, v in metrics.items() if not k.endswith("TimeMs")},
-    )
-    return result
+    return commit_command(txn, actions, operation, " on Spark")
 
 
 def _write(

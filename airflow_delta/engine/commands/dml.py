@@ -50,7 +50,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_delta.engine.commands.command_transaction import command_transaction
+from airflow_delta.engine.commands.command_transaction import (
+    command_transaction,
+    commit_command,
+    dml_operation,
+)
 from airflow_delta.engine.commands.data_files import (
     ChangeRows,
     with_change_type,
@@ -166,7 +170,7 @@ def _plan(
     started = time.monotonic()
     uri = table.table if isinstance(table, OptimisticTransaction) else table
     txn = command_transaction(name, table, storage_options, commit_properties)
-    operation = _operation(name, predicate)
+    operation = dml_operation(name, predicate)
     if txn.already_committed():
         return txn.result(None, operation)
     if txn.read_version < 0:
@@ -194,14 +198,6 @@ def _plan(
         change_data_feed_enabled(txn.protocol, txn.metadata),
         tracking,
     )
-
-
-def _operation(name: str, predicate: str | None) -> Operation:
-    """The operation as delta-spark records it: DELETE's predicate a JSON list of conditions,
-    UPDATE's the condition (absent without one)."""
-    if name == "DELETE":
-        return Operation(name, {"predicate": json.dumps([predicate] if predicate else [])})
-    return Operation(name, {"predicate": predicate} if predicate else {})
 
 
 def _table_schema(name: str, txn: OptimisticTransaction) -> pa.Schema:
@@ -368,18 +364,7 @@ def _commit(plan: _Plan, changes: _Changes, metrics: dict[str, int]) -> CommitRe
         "executionTimeMs": _ms_since(plan.started),
     }
     operation = Operation(plan.operation.name, plan.operation.parameters, metrics)
-    if not actions and not txn.properties.app_transactions:
-        log.info("%s of %s matched no row: nothing to commit", operation.name, txn.table)
-        return txn.result(None, operation)
-    result = txn.commit(actions, operation)
-    log.info(
-        "%s of %s committed version %s: %s",
-        operation.name,
-        txn.table,
-        result.version,
-        {k: v for k, v in metrics.items() if not k.endswith("TimeMs")},
-    )
-    return result
+    return commit_command(txn, actions, operation)
 
 
 # -- DELETE -----------------------------------------------------------------------------------
