@@ -460,6 +460,44 @@ def _fill_variants(array: pa.Array, target: pa.DataType) -> pa.Array:
     return array
 
 
+def physical_columns(table: pa.Table, metadata: Metadata) -> pa.Table:
+    """`table` (the table's columns by their logical names, and any column of the writer's
+    own) with column mapping's physical names, nested struct fields included (by position, as
+    Spark casts). Unchanged without column mapping."""
+    if metadata.column_mapping_mode == "none":
+        return table
+    fields = {f.name: f for f in metadata.schema}
+    names, columns = [], []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if name not in fields:
+            names.append(name)
+            columns.append(column)
+            continue
+        target = file_field(fields[name], True)
+        chunks = column.chunks or [pa.array([], column.type)]
+        names.append(target.name)
+        columns.append(pa.chunked_array([_renamed(c, target.type) for c in chunks]))
+    return pa.Table.from_arrays(columns, names=names)
+
+
+def _renamed(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """`array` with the struct field names of `target` at every depth (matched by position);
+    its value types are cast later, with the rest of the file's columns."""
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(target) and pa.types.is_struct(array.type) and not is_variant(target):
+        children = [_renamed(array.field(i), f.type) for i, f in enumerate(target)]
+        return pa.StructArray.from_arrays(children, names=[f.name for f in target], mask=mask)
+    if pa.types.is_list(target) and pa.types.is_list(array.type):
+        return pa.ListArray.from_arrays(
+            array.offsets, _renamed(array.values, target.value_type), mask=mask
+        )
+    if pa.types.is_map(target) and pa.types.is_map(array.type):
+        keys = _renamed(array.keys, target.key_type)
+        items = _renamed(array.items, target.item_type)
+        return pa.MapArray.from_arrays(array.offsets, keys, items, mask=mask)
+    return array
+
+
 def _file_columns(plan: WritePlan, batch: pa.RecordBatch) -> pa.Table:
     """The data columns of `batch` as the data files hold them (`plan.data_schema`); row
     tracking's columns are null (fresh rows) unless `batch` carries them."""
@@ -603,7 +641,7 @@ def write_change_tasks(
         if columns:
             keys = [(c, "ascending", "at_end") for c in columns]
             output = output.take(pc.sort_indices(output, sort_keys=keys))
-        return output
+        return physical_columns(output, metadata)
 
     def write_to(writer: DataFileWriter, output: pa.Table) -> list[dict[str, Any]]:
         for batch in prepared(output).to_batches():

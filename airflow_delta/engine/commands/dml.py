@@ -27,8 +27,9 @@ Both follow one plan:
 UPDATE assignments (`set`: column -> SQL) take what the engine's expressions evaluate: column
 references, literals (`5`, `'x'`, `NULL`, `DATE '2024-01-01'`, `TIMESTAMP '...'`) and
 conditions (for boolean columns), cast to the column's type. Arithmetic and function calls
-raise `UnsupportedCommandError` before anything is written, as do tables with column mapping,
-and, for UPDATE, CHECK constraints or invariants: run those on Spark.
+raise `UnsupportedCommandError` before anything is written, as do, for UPDATE, tables with CHECK
+constraints or invariants: run those on Spark. Tables with column mapping are read and written
+by their physical names.
 """
 
 from __future__ import annotations
@@ -205,8 +206,6 @@ def _table_schema(name: str, txn: OptimisticTransaction) -> pa.Schema:
     needs more than this reader and writer."""
     metadata = txn.metadata
     problems = []
-    if metadata.column_mapping_mode != "none":
-        problems.append("column mapping")
     if name == "UPDATE":
         if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
             problems.append("CHECK constraints")

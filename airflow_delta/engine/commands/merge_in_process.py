@@ -18,7 +18,7 @@ conditions made of comparisons, IN, BETWEEN, IS [NOT] NULL and AND/OR/NOT over `
 and literals (the engine's predicates, with Spark's semantics), and assignments that are column
 references (`s.x`, `t.x`) or literals. Candidate files with deletion vectors are read without
 their deleted rows and rewritten whole when touched. Anything else, and tables whose data needs
-more than this reader (column mapping, type changes, CHECK constraints or invariants), raises
+more than this reader (type changes, CHECK constraints or invariants), raises
 `UnsupportedMergeError` before anything is written: the Spark MERGE
 (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
 """
@@ -418,8 +418,6 @@ class ArrowMergeBuilder(MergeBuilder):
         check_writer_support(txn.protocol, txn.table, txn.metadata)
         metadata = txn.metadata
         problems = []
-        if metadata.column_mapping_mode != "none":
-            problems.append("column mapping")
         if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
             problems.append("CHECK constraints")
         schema = metadata.schema

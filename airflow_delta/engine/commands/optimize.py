@@ -206,11 +206,6 @@ def _plan(
         )
     check_writer_support(txn.protocol, txn.table, txn.metadata)
     metadata = txn.metadata
-    if metadata.column_mapping_mode != "none":
-        raise UnsupportedCommandError(
-            f"OPTIMIZE of {txn.table}: the in-process OPTIMIZE does not handle column mapping "
-            f"(delta.columnMapping.mode={metadata.column_mapping_mode}); run it on Spark."
-        )
     schema = pa.schema([pa.field(f.name, f.type) for f in metadata.schema])
     _check_zorder(txn.table, zorder, schema, metadata.partition_columns)
     clustering = txn.snapshot.domain_metadata.get(CLUSTERING_DOMAIN)

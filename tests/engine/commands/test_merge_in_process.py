@@ -97,12 +97,12 @@ def test_refusals_write_nothing(table: str, tmp_path: Path) -> None:
         merge_arrow(table, keys, "t.id = s.nope").when_matched_delete().execute()
     with pytest.raises(TypeError, match="not Arrow data"):
         merge_arrow(table, [{"id": 1}], "t.id = s.id")
-    mapped = str(tmp_path / "mapped")
-    DeltaLog.create_table(mapped, SCHEMA, configuration={"delta.columnMapping.mode": "name"})
-    with pytest.raises(UnsupportedMergeError, match="column mapping"):
-        merge_arrow(mapped, pa.table({"id": [1]}), "t.id = s.id").when_matched_delete().execute()
+    checked = str(tmp_path / "checked")
+    DeltaLog.create_table(checked, SCHEMA, configuration={"delta.constraints.positive": "id > 0"})
+    with pytest.raises(UnsupportedMergeError, match="CHECK constraints"):
+        merge_arrow(checked, pa.table({"id": [1]}), "t.id = s.id").when_matched_delete().execute()
     assert DeltaLog.for_table(table).update().version == 1
-    assert DeltaLog.for_table(mapped).update().version == 0
+    assert DeltaLog.for_table(checked).update().version == 0
 
 
 def test_missing_data_file_is_a_typed_error(table: str) -> None:
