@@ -36,6 +36,9 @@ def _drop_none(data: JsonDict) -> JsonDict:
     return {k: v for k, v in data.items() if v is not None}
 
 
+#: One encoder for every commit line (json.dumps with separators builds one per call).
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
 @dataclass
 class DeletionVectorDescriptor:
     """Where the deleted rows of a data file are recorded (PROTOCOL.md, Deletion Vectors)."""
@@ -95,7 +98,7 @@ class Action:
 
     def json(self) -> str:
         """This action as one line of a commit file."""
-        return json.dumps({self.key: self.to_json_dict()}, separators=(",", ":"))
+        return _COMPACT.encode({self.key: self.to_json_dict()})
 
 
 @dataclass
