@@ -8,7 +8,11 @@ own files through the engine's `DataFileWriter` (`engine/commands/data_files.py`
 partition directories, files rolled at the target size, Delta stats computed in the same pass)
 and returns one row per file. The driver only collects those rows: no driver-side filesystem
 access and no SparkContext or RDD, so a local session, a standalone cluster and Spark Connect
-behave alike. `write_change_files` is its variant for rows that carry their change (the Spark
+behave alike. A plain write (no constraint, computed column, column mapping, row tracking
+column or change data; flat primitive columns; a local table: `native_write.native_refusal`)
+goes through Spark's own parquet writer instead, its stats read from the files' footers
+(`spark/native_write.py`); the session conf `spark.airflow_delta.write.native=false` turns
+that off. `write_change_files` is its variant for rows that carry their change (the Spark
 MERGE on a change-data-feed table): each task also writes `_change_data` files, through a
 second `DataFileWriter` of change data.
 
@@ -59,6 +63,7 @@ from airflow_delta.spark.constraints import (
     referenced_columns,
     table_constraints,
 )
+from airflow_delta.spark.native_write import native_enabled, native_refusal, write_native
 from airflow_delta.spark.read import physical_name, plain_type
 from airflow_delta.spark.write_tasks import (
     FILE_ROW_DDL,
@@ -309,11 +314,16 @@ def _write_files(
         violation = F.when(is_data_row(), violation) if change_data else violation
         data = data.withColumn(VIOLATION_COLUMN, violation)
     data = _partitioned(data, schema_json, columns)
+    plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
+    if not change_data and not checks and native_enabled(df):
+        refusal = native_refusal(txn, plan, target_file_size)
+        if refusal is None:
+            return write_native(txn, data, plan), []
+        log.debug("Writing to %s through Python tasks: %s", txn.table, refusal)
     column_mapping = metadata.column_mapping_mode != "none"
     physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
     if column_mapping:
         data = _to_physical(data, schema_json, txn.table)
-    plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
     change_plan = (
         WritePlan.for_table(txn.location, metadata, storage_options, target_file_size, True)
         if change_data

@@ -1,0 +1,192 @@
+"""Spark's own parquet writer (`spark/native_write.py`) against the writer of Python tasks.
+
+The differential test writes the same rows through both writers (the session conf
+NATIVE_WRITE_CONF picks one) and compares, partition by partition, the rows and the Delta
+stats of the files: numRecords, minValues, maxValues and nullCount, with nulls, NaN and
+infinities, strings longer than Delta's 32-character prefix and than parquet's 4 KiB footer
+statistics, timestamps with microseconds, decimals, dates, booleans and binaries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from airflow_delta.engine import DeltaLog
+from airflow_delta.spark import write_delta
+from airflow_delta.spark.native_write import NATIVE_WRITE_CONF
+
+DDL = (
+    "id long, i int, d double, f float, dec decimal(12,2), s string, ts timestamp, "
+    "tsn timestamp_ntz, day date, b boolean, bin binary, p string"
+)
+
+_strings = st.one_of(
+    st.text(max_size=40),
+    st.text(min_size=1, max_size=3).map(lambda s: s * 40),  # past the 32-character prefix
+    st.text(min_size=1, max_size=2).map(lambda s: s * 3000),  # past parquet's 4 KiB stats
+    st.just("\U0010ffff" * 33),  # no upper bound above a prefix of the last code point
+)
+_times = st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2200, 1, 1))
+_rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "i": st.none() | st.integers(-(2**31), 2**31 - 1),
+            "d": st.none() | st.floats(allow_nan=True, allow_infinity=True),
+            "f": st.none() | st.floats(width=32, allow_nan=False, allow_infinity=True),
+            "dec": st.none()
+            | st.decimals(min_value=-(10**9), max_value=10**9, places=2, allow_nan=False),
+            "s": st.none() | _strings,
+            "ts": st.none() | _times,
+            "tsn": st.none() | _times,
+            "day": st.none() | st.dates(min_value=dt.date(1900, 1, 1)),
+            "b": st.none() | st.booleans(),
+            "bin": st.none() | st.binary(max_size=8),
+            "p": st.sampled_from(["a", "b c", "x=y/z%", "", None]),
+        }
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@pytest.fixture
+def native_conf(spark: SparkSession) -> Iterator[None]:
+    yield
+    spark.conf.unset(NATIVE_WRITE_CONF)
+
+
+def _write(spark: SparkSession, rows: list[dict[str, Any]], path: str, native: bool) -> None:
+    spark.conf.set(NATIVE_WRITE_CONF, str(native).lower())
+    names = [column.split()[0] for column in DDL.split(", ")][1:]
+    data = [(n, *(r[c] for c in names)) for n, r in enumerate(rows)]
+    df = spark.createDataFrame(data, DDL)
+    write_delta(df, path, partition_by=["p"])
+
+
+def _files(path: str) -> dict[str | None, tuple[list[Any], dict[str, Any]]]:
+    """Partition value -> (the rows of its one file, sorted by id; the file's stats)."""
+    found: dict[str | None, tuple[list[Any], dict[str, Any]]] = {}
+    for add in DeltaLog.for_table(path).update().all_files():
+        assert add.partition_values["p"] not in found, "one file per partition"
+        data = pq.read_table(os.path.join(path, unquote(add.path))).to_pylist()
+        found[add.partition_values["p"]] = (sorted(data, key=lambda r: r["id"]), add.stats)
+    return found
+
+
+def _canon(value: Any) -> Any:
+    """Stats and rows made comparable: NaN equal to NaN."""
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canon(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return value
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(rows=_rows)
+def test_native_stats_equal_the_python_writers(
+    spark: SparkSession, native_conf: None, rows: list[dict[str, Any]]
+) -> None:
+    root = tempfile.mkdtemp()
+    try:
+        native, python = f"{root}/native", f"{root}/python"
+        _write(spark, rows, native, True)
+        _write(spark, rows, python, False)
+        ours, theirs = _files(native), _files(python)
+        assert ours.keys() == theirs.keys()
+        for key, (data, stats) in ours.items():
+            their_data, their_stats = theirs[key]
+            assert _canon(data) == _canon(their_data), key
+            assert _canon(json.loads(stats, parse_float=decimal.Decimal)) == _canon(
+                json.loads(their_stats, parse_float=decimal.Decimal)
+            ), key
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _leftovers(path: Path) -> list[str]:
+    """Everything under the table but the log and the data files it references."""
+    referenced = {unquote(a.path) for a in DeltaLog.for_table(str(path)).update().all_files()}
+    return sorted(
+        str(p.relative_to(path))
+        for p in path.rglob("*")
+        if p.is_file()
+        and "_delta_log" not in p.parts
+        and str(p.relative_to(path)) not in referenced
+    )
+
+
+def test_native_write_leaves_only_its_data_files(
+    spark: SparkSession, native_conf: None, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    df = spark.range(100).selectExpr(
+        "id", "cast(id % 3 as string) as p", "current_timestamp() as t"
+    )
+    result = write_delta(df, str(table), partition_by=["p"])
+    assert result.metrics["numFiles"] == 3 and result.metrics["numOutputRows"] == 100
+    assert _leftovers(table) == []  # no _SUCCESS, _temporary, .crc or staging directory
+    assert sorted(p.name for p in table.iterdir()) == ["_delta_log", "p=0", "p=1", "p=2"]
+
+
+def test_a_failed_native_write_leaves_no_file(
+    spark: SparkSession, native_conf: None, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    write_delta(spark.range(3), str(table))
+    before = sorted(p.name for p in table.iterdir())
+    boom = F.when(F.col("id") == 999, F.raise_error(F.lit("boom"))).otherwise(F.col("id"))
+    failing = spark.range(0, 1000, 1, 2).withColumn("id", boom)  # the first task writes a file
+    with pytest.raises(Exception, match="boom"):
+        write_delta(failing, str(table))
+    assert DeltaLog.for_table(str(table)).update().version == 0
+    assert _leftovers(table) == []
+    assert sorted(p.name for p in table.iterdir()) == before
+
+
+def test_writes_it_does_not_cover_use_python_tasks(
+    spark: SparkSession, native_conf: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: Any) -> None:
+        raise AssertionError("written by Spark's parquet writer")
+
+    monkeypatch.setattr("airflow_delta.spark.write.write_native", refused)
+    table = str(tmp_path / "t")
+    df = spark.range(4).selectExpr("id", "array(id) as xs", "'a' as p")
+    assert write_delta(df, table, partition_by=["p"]).metrics["numFiles"] == 1
+    stats = json.loads(next(iter(DeltaLog.for_table(table).update().all_files())).stats)
+    assert stats["nullCount"] == {"id": 0, "xs": 0}
+    spark.conf.set(NATIVE_WRITE_CONF, "false")
+    assert write_delta(spark.range(2), str(tmp_path / "u")).metrics["numOutputRows"] == 2
+
+
+def test_an_empty_frame_adds_no_file(
+    spark: SparkSession, native_conf: None, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    result = write_delta(spark.range(0), str(table))
+    assert (result.version, result.metrics["numFiles"]) == (0, 0)
+    assert sorted(p.name for p in table.iterdir()) == ["_delta_log"]
