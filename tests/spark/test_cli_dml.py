@@ -20,7 +20,7 @@ DATA = [batch(range(0, 6)), batch(range(6, 12))]
 
 def test_update_and_delete_on_spark(spark: SparkSession, run: Run, tmp_path: Path) -> None:
     table = create(tmp_path / "t", *DATA)
-    args = ["--set", "k=k * 10", "--set", "s=upper(s)", "--predicate", "p = 'a'"]
+    args = ["--set", "k=k * 10", "--set", "s=initcap(s)", "--predicate", "p = 'a'"]
     assert "run it on Spark" in assert_error(run("update", table, *args), "UnsupportedCommandError")
     out = ok_json(run, "update", table, *args, "--spark", "--user-metadata", "fix")
     assert (out["version"], out["operation"], out["skipped"]) == (3, "UPDATE", False)

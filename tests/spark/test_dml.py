@@ -213,7 +213,7 @@ def test_delete_racing_an_append(
     props = CommitProperties(isolation_level=level)
     txn = DeltaLog.for_table(uri).start_transaction(properties=props)  # reads version 2
     append(uri, batch([101, 103], p=[partition, partition], s=["s1", "s1"]))  # version 3 wins
-    predicate = "p = 'a' AND upper(s) = 'S1'"  # only `p = 'a'` prunes (and is the read)
+    predicate = "p = 'a' AND initcap(s) = 'S1'"  # only `p = 'a'` prunes (and is the read)
     assert pruning_predicates(txn, predicate) == ["p = 'a'"]
     if outcome is not None:
         with pytest.raises(outcome, match="concurrent"):

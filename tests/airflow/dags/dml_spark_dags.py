@@ -34,13 +34,13 @@ with DAG(
     spark_delete = DeltaDeleteOperator(
         task_id="delete_on_spark",
         table_uri=table("dml_spark"),
-        predicate="id * 2 > {{ params.limit }}",  # arithmetic: on Spark
+        predicate="shiftleft(id, 1) > {{ params.limit }}",  # a Spark-only function: on Spark
         spark_conf={"spark.sql.shuffle.partitions": "4"},  # as the test session
     )
     spark_update = DeltaUpdateOperator(
         task_id="update_on_spark",
         table_uri=table("dml_spark"),
-        set={"k": "k * 10", "s": "upper(s)"},  # arithmetic and a function call: on Spark
+        set={"k": "k * 10", "s": "initcap(s)"},  # a function the engine lacks: on Spark
         predicate="p = '{{ params.part }}'",
     )
     local_delete = DeltaDeleteOperator(

@@ -52,7 +52,7 @@ def test_delete_and_update_on_spark_then_in_process(task_log: list[str]) -> None
 
     deleted = xcoms(dag_run, "delete_on_spark")["return_value"]
     assert (deleted["version"], deleted["operation"], deleted["executor"]) == (3, "DELETE", "spark")
-    assert deleted["metrics"]["numDeletedRows"] == 1  # id * 2 > 20: 11
+    assert deleted["metrics"]["numDeletedRows"] == 1  # 2 * id > 20: 11
     assert deleted["metrics"]["numCopiedRows"] == 2  # 7, 9 of the second file of p = 'a'
     assert deleted["metrics"]["numDeletionVectorsAdded"] == 0
     assert deleted["app_id"] == f"airflow-delta/t_dml_spark/delete_on_spark/-1/{dag_run.run_id}"
@@ -75,7 +75,7 @@ def test_delete_and_update_on_spark_then_in_process(task_log: list[str]) -> None
 
     history = DeltaLog.for_table(uri).history()
     assert [h["operation"] for h in history[:3]] == ["DELETE", "UPDATE", "DELETE"]
-    assert history[2]["operationParameters"]["predicate"] == '["id * 2 > 20"]'  # rendered
+    assert history[2]["operationParameters"]["predicate"] == '["shiftleft(id, 1) > 20"]'  # rendered
     assert history[1]["operationParameters"]["predicate"] == "p = 'a'"
     assert history[1]["airflow"]["task_id"] == "update_on_spark"
     events = asset_events(f"file://{uri}", dag_run.run_id)
@@ -87,7 +87,7 @@ def test_delete_and_update_on_spark_then_in_process(task_log: list[str]) -> None
 
     text = "\n".join(task_log)
     assert f"The in-process DELETE cannot run it on table {uri}: InvalidPredicateError" in text
-    assert f"DELETE from table {uri} (version 2) where id * 2 > 20, on Spark" in text
+    assert f"DELETE from table {uri} (version 2) where shiftleft(id, 1) > 20, on Spark" in text
     assert f"The in-process UPDATE cannot run it on table {uri}: UnsupportedCommandError" in text
     assert f"Committed version 3 of table {uri} (operation DELETE, run on Spark)" in text
     assert f"Committed version 5 of table {uri} (operation DELETE, run in process)" in text
@@ -153,7 +153,9 @@ def test_without_pyspark_the_error_names_the_table_and_the_fix(
     from airflow_delta.operators.dml import DeltaUpdateOperator
 
     uri = create(tmp_path / "t", *DATA)
-    op = DeltaUpdateOperator(task_id="u", table_uri=uri, set={"k": "k + 1"}, predicate="id = 1")
+    op = DeltaUpdateOperator(
+        task_id="u", table_uri=uri, set={"k": "shiftleft(k, 1)"}, predicate="id = 1"
+    )
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
