@@ -8,13 +8,13 @@ own files through the engine's `DataFileWriter` (`engine/commands/data_files.py`
 partition directories, files rolled at the target size, Delta stats computed in the same pass)
 and returns one row per file. The driver only collects those rows: no driver-side filesystem
 access and no SparkContext or RDD, so a local session, a standalone cluster and Spark Connect
-behave alike. A plain write (no constraint, computed column, column mapping, row tracking
-column or change data; flat primitive columns; a local table: `native_write.native_refusal`)
-goes through Spark's own parquet writer instead, its stats read from the files' footers
-(`spark/native_write.py`); the session conf `spark.airflow_delta.write.native=false` turns
-that off. `write_change_files` is its variant for rows that carry their change (the Spark
-MERGE on a change-data-feed table): each task also writes `_change_data` files, through a
-second `DataFileWriter` of change data.
+behave alike. A plain write of `write_delta` (no constraint, computed column, column mapping,
+row tracking column or change data; flat primitive columns; a local table:
+`native_write.native_refusal`) goes through Spark's own parquet writer instead, its stats read
+from the files' footers (`spark/native_write.py`); the session conf
+`spark.airflow_delta.write.native=false` turns that off. `write_change_files` is the variant
+for rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
+writes `_change_data` files, through a second `DataFileWriter` of change data.
 
 `write_delta` runs a whole write (append, overwrite, replaceWhere, dynamic partition overwrite,
 error/ignore, schema merge/overwrite, idempotent writes) as one commit of the engine.
@@ -252,16 +252,19 @@ def write_files(
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     storage_options: Mapping[str, Any] | None = None,
     constraints: Sequence[Constraint] = (),
+    native: bool = False,
 ) -> list[AddFile]:
     """Write `df` to data files of the transaction's table; their AddFiles (not committed).
 
     `partition_by`, when given, must be the table's partition columns. `constraints` are
     checked on every row besides the table's own (raises ConstraintViolationError). Storage
-    options default to the transaction's table's.
+    options default to the transaction's table's. `native` lets a plain write go through
+    Spark's parquet writer (`spark/native_write.py`; write_delta sets it).
     """
     adds, _ = _write_files(
-        txn, df, partition_by, target_file_size, storage_options, constraints, change_data=False
-    )
+        txn, df, partition_by, target_file_size, storage_options, constraints,
+        change_data=False, native=native,
+    )  # fmt: skip
     return adds
 
 
@@ -277,7 +280,9 @@ def write_change_files(
     files, `insert` and `update_postimage` to the data and the change data files, `delete` and
     `update_preimage` to the change data files); the AddFiles and the cdc actions (not
     committed). Constraints, identity and generated columns apply to the data rows."""
-    return _write_files(txn, df, None, target_file_size, storage_options, (), change_data=True)
+    return _write_files(
+        txn, df, None, target_file_size, storage_options, (), change_data=True, native=False
+    )
 
 
 def _write_files(
@@ -289,6 +294,7 @@ def _write_files(
     constraints: Sequence[Constraint],
     *,
     change_data: bool,
+    native: bool,
 ) -> tuple[list[AddFile], list[AddCDCFile]]:
     txn.has_written = True
     metadata = txn.metadata
@@ -315,7 +321,7 @@ def _write_files(
         data = data.withColumn(VIOLATION_COLUMN, violation)
     data = _partitioned(data, schema_json, columns)
     plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
-    if not change_data and not checks and native_enabled(df):
+    if native and not change_data and not checks and native_enabled(df):
         refusal = native_refusal(txn, plan, target_file_size)
         if refusal is None:
             return write_native(txn, data, plan), []
@@ -557,6 +563,7 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
         target_file_size=target_file_size,
         storage_options=storage_options,
         constraints=_replace_where_constraints(txn, replace_where),
+        native=True,
     )
     if dynamic:
         predicate = _partitions_predicate(txn.metadata, adds)
