@@ -69,11 +69,17 @@ from airflow_delta.engine.commands.deletion_vector_files import (
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
+    ConstraintViolationError,
     CorruptLogError,
     IdentityColumnError,
     InvalidPredicateError,
     TableNotFoundError,
     UnsupportedCommandError,
+)
+from airflow_delta.engine.expressions.generated import (
+    GeneratedColumn,
+    fill_generated,
+    parse_generated_columns,
 )
 from airflow_delta.engine.expressions.parser import parse_value
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
@@ -501,26 +507,56 @@ def _rows_updated(
     return ChangeRows(output, pa.concat_tables([before, after]))
 
 
-def _check_computed_columns(plan: _Plan, assigned: set[str]) -> None:
-    """Refuse an UPDATE that sets an identity column (Delta refuses it), or that sets a
-    generated column or a column one's expression names: the in-process UPDATE does not
-    evaluate generation expressions (a MERGE on Spark recomputes them)."""
+def _check_computed_columns(plan: _Plan, assigned: set[str]) -> list[GeneratedColumn]:
+    """Refuse an UPDATE that sets an identity column (Delta refuses it); the generated columns
+    the UPDATE sets or that are computed from a column it sets (recomputed and checked as
+    delta-spark does), UnsupportedCommandError when the engine does not evaluate one's
+    expression."""
     metadata, table = plan.txn.metadata, plan.txn.table
     for column in identity_columns(metadata):
         if column.name in assigned:
             raise IdentityColumnError(
                 f"UPDATE of {table}: identity column {column.name} cannot be updated."
             )
+    touched = {}
     for name, expression in generated_columns(metadata).items():
         words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expression)}
-        touched = sorted(c for c in assigned if c == name or c.lower() in words)
-        if touched:
-            raise UnsupportedCommandError(
-                f"UPDATE of {table}: it sets {', '.join(touched)}, and generated column {name} "
-                f"is computed from it ({expression}); the in-process UPDATE does not evaluate "
-                "generation expressions. Run the change as a MERGE on Spark (merge_delta), "
-                "which recomputes it."
+        if any(c == name or c.lower() in words for c in assigned):
+            touched[name] = expression
+    try:
+        return parse_generated_columns(touched, _column_types(plan.txn))
+    except InvalidPredicateError as exc:
+        raise UnsupportedCommandError(
+            f"UPDATE of {table}: it sets columns a generated column is computed from, and the "
+            f"engine does not evaluate its expression ({exc}). Run it on Spark, which "
+            "recomputes it."
+        ) from None
+
+
+def _regenerated(
+    plan: _Plan, rows: pa.Table, mask: Any, generated: list[GeneratedColumn], assigned: set[str]
+) -> pa.Table:
+    """`rows` with the generated columns of the updated rows (`mask`) recomputed where the
+    UPDATE does not set them, and checked where it does: ConstraintViolationError."""
+    for column in generated:
+        if column.name not in assigned:
+            index = rows.schema.get_field_index(column.name)
+            given = rows.column(index)
+            nulls = pa.nulls(1, given.type)[0]
+            rows = rows.set_column(index, rows.field(index), pc.if_else(mask, nulls, given))
+    rows, violations = fill_generated(rows, generated)
+    for column in generated:
+        if (violations[column.name] & columnar.bool_values(mask)).any():
+            expression = f"{column.name} = {column.expression}"
+            raise ConstraintViolationError(
+                f"Table {plan.txn.table}: nothing written (it stays at version "
+                f"{plan.txn.read_version}): generated column {column.name} ({expression}) "
+                "violated by a row of the UPDATE.\nSet it to its expression's value, or leave "
+                "it out: the UPDATE computes it.",
+                f"Generated Column ({column.name})",
+                expression,
             )
+    return rows
 
 
 def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
@@ -546,11 +582,11 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
             expr, used = parse_value(sql, types)
         except InvalidPredicateError as exc:
             raise UnsupportedCommandError(
-                f"UPDATE of {table}: the in-process UPDATE evaluates column references, "
-                f"literals and conditions, not {sql!r} ({exc}); run it on Spark."
+                f"UPDATE of {table}: the in-process UPDATE does not evaluate {sql!r} ({exc}); "
+                "run it on Spark."
             ) from None
         parsed[column] = (expr, list(used))
-    _check_computed_columns(plan, set(parsed))
+    generated = _check_computed_columns(plan, set(parsed))
 
     def assign(data: pa.Table, mask: npt.NDArray[np.bool_] | None) -> pa.Table:
         columns = []
@@ -564,7 +600,12 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
                     value = pc.if_else(columnar.bool_mask(mask), value, column)
                 column = value
             columns.append(column)
-        return pa.Table.from_arrays(columns, schema=plan.schema)
+        rows = pa.Table.from_arrays(columns, schema=plan.schema)
+        if not generated:
+            return rows
+        every = columnar.bool_mask(np.ones(data.num_rows, dtype=bool))
+        selected = every if mask is None else columnar.bool_mask(mask)
+        return _regenerated(plan, rows, selected, generated, set(parsed))
 
     return assign
 

@@ -1,0 +1,73 @@
+"""The in-process UPDATE of a table with generated columns: a generated column computed from a
+column the UPDATE sets is recomputed on the updated rows, one it sets must equal its expression
+(ConstraintViolationError, nothing written), and one whose expression the engine does not
+evaluate leaves the UPDATE to Spark (UnsupportedCommandError)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_delta.engine import DeltaLog, update
+from airflow_delta.engine.errors import ConstraintViolationError, UnsupportedCommandError
+from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
+
+
+def _generated(expression: str) -> dict[Any, bytes]:
+    return {DELTA_METADATA_KEY: json.dumps({"delta.generationExpression": expression}).encode()}
+
+
+def _table(path: Path, expressions: dict[str, str]) -> str:
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.timestamp("us", "UTC")),
+            pa.field("y", pa.int32(), metadata=_generated(expressions["y"])),
+            pa.field("twice", pa.int64(), metadata=_generated(expressions["twice"])),
+        ]
+    )
+    uri = str(path)
+    DeltaLog.create_table(uri, schema)
+    ts = [dt.datetime(2020 + i, 6, 1, tzinfo=dt.UTC) for i in range(4)]
+    data = pa.table(
+        {
+            "id": pa.array(range(4), pa.int64()),
+            "ts": pa.array(ts, pa.timestamp("us", "UTC")),
+            "y": pa.array([2020 + i for i in range(4)], pa.int32()),
+            "twice": pa.array([2 * i for i in range(4)], pa.int64()),
+        }
+    )
+    write_deltalake(uri, data, mode="append")
+    return uri
+
+
+def _rows(uri: str) -> list[tuple[int, int, int]]:
+    table = DeltaTable(uri).to_pyarrow_table().sort_by("id")
+    return list(zip(*(table.column(c).to_pylist() for c in ("id", "y", "twice")), strict=True))
+
+
+def test_update_recomputes_and_checks_generated_columns(tmp_path: Path) -> None:
+    uri = _table(tmp_path / "t", {"y": "year(ts)", "twice": "id * 2"})
+    update(uri, {"id": "id + 10", "ts": "CAST('1999-12-31 23:00:00' AS TIMESTAMP)"}, "id >= 2")
+    assert _rows(uri) == [(0, 2020, 0), (1, 2021, 2), (12, 1999, 24), (13, 1999, 26)]
+    update(uri, {"twice": "id * 2"}, "id = 0")  # the expression's own value is accepted
+    version = DeltaLog.for_table(uri).update().version
+    with pytest.raises(
+        ConstraintViolationError, match=r"generated column twice \(twice = id \* 2\)"
+    ):
+        update(uri, {"twice": "5"}, "id = 1")
+    assert DeltaLog.for_table(uri).update().version == version  # nothing written
+
+
+def test_update_leaves_expressions_it_does_not_evaluate_to_spark(tmp_path: Path) -> None:
+    uri = _table(tmp_path / "t", {"y": "year(ts)", "twice": "hash(id)"})
+    with pytest.raises(UnsupportedCommandError, match="Run it on Spark"):
+        update(uri, {"id": "id + 1"}, "id = 1")
+    update(uri, {"ts": "ts"}, "id = 1")  # twice is not computed from ts: no need to evaluate
+    assert _rows(uri)[1] == (1, 2021, 2)
