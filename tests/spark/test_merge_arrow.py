@@ -205,7 +205,7 @@ def test_unsupported_merges_fall_back_to_spark(
     uri = str(tmp_path / "t")
     shutil.copytree(base_table, uri)
     unsupported = {
-        "function in a condition": lambda m: m.when_matched_update_all("upper(s.value) > 'A'"),
+        "function in a condition": lambda m: m.when_matched_update_all("initcap(s.value) > 'A'"),
         "number into a string column": lambda m: m.when_matched_update({"value": "s.id"}),
         "expression": lambda m: m.when_matched_update({"value": "upper(s.value)"}),
         "non-equi condition": None,

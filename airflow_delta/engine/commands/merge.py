@@ -292,6 +292,10 @@ class MergeBuilder:
             "numTargetFilesRemoved": len(removes),
             "numTargetBytesAdded": sum(a.size for a in adds),
             "numTargetBytesRemoved": sum(r.size or 0 for r in removes),
+            # rewriting executors write no DV; the removed files take theirs with them
+            "numTargetDeletionVectorsAdded": 0,
+            "numTargetDeletionVectorsRemoved": sum(r.deletion_vector is not None for r in removes),
+            "numTargetDeletionVectorsUpdated": 0,
         }
         return [*adds, *removes], metrics
 
