@@ -25,9 +25,10 @@ Both follow one plan:
    properties carry app transactions, which then land in an empty commit.
 
 UPDATE assignments (`set`: column -> SQL) take what the engine's expressions evaluate: column
-references, literals (`5`, `'x'`, `NULL`, `DATE '2024-01-01'`, `TIMESTAMP '...'`) and
-conditions (for boolean columns), cast to the column's type. Arithmetic and function calls
-raise `UnsupportedCommandError` before anything is written, as do, for UPDATE, tables with CHECK
+references, literals (`5`, `'x'`, `NULL`, `DATE '2024-01-01'`, `TIMESTAMP '...'`), conditions
+(for boolean columns) and value expressions (arithmetic, CAST, CASE, common functions), cast to
+the column's type. A function the engine does not know raises `UnsupportedCommandError` before
+anything is written, as do, for UPDATE, tables with CHECK
 constraints or invariants: run those on Spark. Tables with column mapping are read and written
 by their physical names.
 """
@@ -446,7 +447,7 @@ def update(
     """Set columns of the rows of the Delta table `table` (a URI, or a transaction started on
     it) that satisfy `predicate` (SQL over any of its columns; None updates every row), in this
     process. `set` maps columns to SQL expressions over the row's columns: column references,
-    literals and conditions (see the module docstring).
+    literals, conditions and value expressions (see the module docstring).
 
     On a table with deletion vectors enabled a touched file keeps its other rows under a
     deletion vector and the updated rows go to a new file; otherwise touched files are
