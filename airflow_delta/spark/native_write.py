@@ -27,15 +27,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
 from airflow_delta.engine.commands.data_files import (
     DEFAULT_TARGET_FILE_SIZE,
+    PATH_SAFE,
     FileStats,
     WritePlan,
     add_files,
+    stats_leaves,
 )
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
 from airflow_delta.engine.protocol.schema import partition_path, unescape_partition_value
@@ -54,7 +55,6 @@ _DECIMAL = re.compile(r"decimal\(\d+,\s*\d+\)")
 _COMPUTED = ("delta.generationExpression", "delta.identity.start")
 _HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # As DataFileWriter quotes relative paths: characters other than `_.-~` kept as they are.
-_PATH_SAFE = "/=!$&'()*+,;@"
 _TIMESTAMP_TYPE_CONF = "spark.sql.parquet.outputTimestampType"
 _FOOTER_THREADS = 16
 
@@ -111,9 +111,9 @@ def write_native(txn: OptimisticTransaction, data: DataFrame, plan: WritePlan) -
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.rename(os.path.join(staging, directory, name), target)
             moved.append(target)
-            path = quote(relative, safe=_PATH_SAFE)
+            path = quote(relative, safe=PATH_SAFE)
             rows.append({"path": path, "partitionValues": json.dumps(values)})
-        leaves = stats_leaves(plan)
+        leaves = stats_leaves(plan.stats_schema, plan.num_indexed_cols)
         with ThreadPoolExecutor(max(1, min(_FOOTER_THREADS, len(moved)))) as pool:
             described = list(pool.map(lambda p: describe_file(p, leaves), moved))
     except BaseException:
@@ -208,28 +208,6 @@ def _partition_values(directory: str, columns: Sequence[str]) -> dict[str, str |
 
 
 # --------------------------------------------------------------------------- stats
-
-
-def _has_min_max(t: pa.DataType) -> bool:
-    """Whether Delta keeps a min and max of a column of type `t` (as DataFileWriter does)."""
-    return bool(
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-    )
-
-
-def stats_leaves(plan: WritePlan) -> list[tuple[tuple[str, ...], bool]]:
-    """(path, has min/max) of the columns whose stats the files carry: the first
-    `num_indexed_cols` data columns (-1: all); flat schemas only."""
-    fields = list(plan.stats_schema)
-    if plan.num_indexed_cols >= 0:
-        fields = fields[: plan.num_indexed_cols]
-    return [((f.name,), _has_min_max(f.type)) for f in fields]
 
 
 def describe_file(path: str, leaves: list[tuple[tuple[str, ...], bool]]) -> dict[str, Any]:

@@ -80,7 +80,8 @@ FILE_ROW_SCHEMA = pa.schema(
     ]
 )
 # Characters other than letters, digits and `_.-~` kept as they are in a relative file URI.
-_PATH_SAFE = "/=!$&'()*+,;@"
+#: Characters a data file's path keeps unescaped in the log (as delta-spark writes them).
+PATH_SAFE = "/=!$&'()*+,;@"
 
 
 def file_field(f: pa.Field, column_mapping: bool) -> pa.Field:
@@ -123,7 +124,7 @@ def _has_min_max(t: pa.DataType) -> bool:
     )
 
 
-def _stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, ...], bool]]:
+def stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, ...], bool]]:
     """(path, has min/max) of the leaf columns that get stats: the first `num_indexed` (-1: all)."""
     leaves: list[tuple[tuple[str, ...], bool]] = []
 
@@ -302,9 +303,7 @@ class WritePlan:
             partition_columns=tuple(metadata.physical_partition_columns),
             partition_types=tuple(types[c] for c in columns),
             target_file_size=target_file_size,
-            num_indexed_cols=0
-            if change_data
-            else config.num_indexed_cols,
+            num_indexed_cols=0 if change_data else config.num_indexed_cols,
             change_data=change_data,
             row_tracking_columns=tracking,
         )
@@ -328,7 +327,7 @@ class DataFileWriter:
         self.plan = plan
         self.store = get_log_store(plan.uri, plan.storage_options)[0]
         self.prefix = f"{'cdc' if plan.change_data else 'part'}-{task:05d}-{uuid.uuid4()}"
-        self.leaves = _stats_leaves(plan.stats_schema, plan.num_indexed_cols)
+        self.leaves = stats_leaves(plan.stats_schema, plan.num_indexed_cols)
         self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
         self.values: dict[str, str | None] | None = None
         self.pending: list[pa.Table] = []
@@ -400,7 +399,7 @@ class DataFileWriter:
         current.sink.close()
         self.rows.append(
             {
-                "path": quote(current.relative, safe=_PATH_SAFE),
+                "path": quote(current.relative, safe=PATH_SAFE),
                 "partitionValues": json.dumps(current.values),
                 "size": size,
                 "modificationTime": int(time.time() * 1000),
