@@ -277,6 +277,9 @@ def test_metrics_and_commit_info(spark: SparkSession, tmp_path: Path) -> None:
         "numTargetFilesAdded": metrics["numTargetFilesAdded"],
         "numTargetChangeFilesAdded": 0,  # not a change-data-feed table
         "numTargetFilesRemoved": 3,
+        "numTargetDeletionVectorsAdded": 0,  # the Spark MERGE rewrites files
+        "numTargetDeletionVectorsRemoved": 0,
+        "numTargetDeletionVectorsUpdated": 0,
     }
     assert table_rows(spark, uri) == [
         (1, "A1", "a"),
