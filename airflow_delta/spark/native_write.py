@@ -60,9 +60,11 @@ _FOOTER_THREADS = 16
 
 
 def native_enabled(df: DataFrame) -> bool:
-    """Whether the session lets writes use Spark's parquet writer (NATIVE_WRITE_CONF)."""
-    value = df.sparkSession.conf.get(NATIVE_WRITE_CONF, "true")
-    return str(value).strip().lower() != "false"
+    """Whether the session asks writes to use Spark's parquet writer (NATIVE_WRITE_CONF=true;
+    off by default: on a quiet machine B5 measured it 1.30 cold / 1.43 warm against Spark's own
+    write, the Python tasks 1.36 / 1.29, and it works on local tables only)."""
+    value = df.sparkSession.conf.get(NATIVE_WRITE_CONF, "false")
+    return str(value).strip().lower() == "true"
 
 
 def native_refusal(

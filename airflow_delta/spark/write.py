@@ -10,9 +10,9 @@ and returns one row per file. The driver only collects those rows: no driver-sid
 access and no SparkContext or RDD, so a local session, a standalone cluster and Spark Connect
 behave alike. A plain write of `write_delta` (no constraint, computed column, column mapping,
 row tracking column or change data; flat primitive columns; a local table:
-`native_write.native_refusal`) goes through Spark's own parquet writer instead, its stats read
-from the files' footers (`spark/native_write.py`); the session conf
-`spark.airflow_delta.write.native=false` turns that off. `write_change_files` is the variant
+`native_write.native_refusal`) can go through Spark's own parquet writer instead, its stats
+read from the files' footers (`spark/native_write.py`), when the session conf
+`spark.airflow_delta.write.native=true` asks for it. `write_change_files` is the variant
 for rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
 writes `_change_data` files, through a second `DataFileWriter` of change data.
 

@@ -68,6 +68,8 @@ _rows = st.lists(
 
 @pytest.fixture
 def native_conf(spark: SparkSession) -> Iterator[None]:
+    """The session asks for Spark's parquet writer (off by default) during the test."""
+    spark.conf.set(NATIVE_WRITE_CONF, "true")
     yield
     spark.conf.unset(NATIVE_WRITE_CONF)
 
@@ -181,6 +183,8 @@ def test_writes_it_does_not_cover_use_python_tasks(
     assert stats["nullCount"] == {"id": 0, "xs": 0}
     spark.conf.set(NATIVE_WRITE_CONF, "false")
     assert write_delta(spark.range(2), str(tmp_path / "u")).metrics["numOutputRows"] == 2
+    spark.conf.unset(NATIVE_WRITE_CONF)  # off by default
+    assert write_delta(spark.range(2), str(tmp_path / "v")).metrics["numOutputRows"] == 2
 
 
 def test_an_empty_frame_adds_no_file(
