@@ -46,6 +46,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from airflow_delta.engine.commands.command_transaction import (
+    check_writable,
     command_transaction,
     commit_command,
     dml_operation,
@@ -55,12 +56,11 @@ from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     IdentityColumnError,
     InvalidPredicateError,
-    TableNotFoundError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier, split_conjuncts
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile, Operation
-from airflow_delta.engine.protocol.features import change_data_feed_enabled, check_writer_support
+from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
@@ -140,12 +140,7 @@ def _start(
     operation = dml_operation(name, predicate)
     if txn.already_committed():
         return txn.result(None, operation)
-    if txn.read_version < 0:
-        raise TableNotFoundError(
-            f"{name} of {txn.table}: no Delta table there. Create it first (write_delta or "
-            "DeltaLog.create_table)."
-        )
-    check_writer_support(txn.protocol, txn.table, txn.metadata)
+    check_writable(name, txn)
     pruning = pruning_predicates(txn, predicate)
     files = txn.filter_files_arrow(pruning or None)
     matched = F.coalesce(F.expr(predicate), F.lit(False)) if predicate else F.lit(True)

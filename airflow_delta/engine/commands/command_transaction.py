@@ -7,8 +7,10 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 
+from airflow_delta.engine.errors import TableNotFoundError
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Operation
+from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
 
@@ -63,3 +65,14 @@ def dml_operation(name: str, predicate: str | None) -> Operation:
     if name == "DELETE":
         return Operation(name, {"predicate": json.dumps([predicate] if predicate else [])})
     return Operation(name, {"predicate": predicate} if predicate else {})
+
+
+def check_writable(name: str, txn: OptimisticTransaction) -> None:
+    """TableNotFoundError when `txn`'s table does not exist, DeltaProtocolError when this
+    engine cannot write it: what a command (`name`) checks before any work."""
+    if txn.read_version < 0:
+        raise TableNotFoundError(
+            f"{name} of {txn.table}: no Delta table there. Create it first (write_delta or "
+            "DeltaLog.create_table)."
+        )
+    check_writer_support(txn.protocol, txn.table, txn.metadata)

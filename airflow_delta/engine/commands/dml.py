@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.command_transaction import (
+    check_writable,
     command_transaction,
     commit_command,
     dml_operation,
@@ -74,7 +75,6 @@ from airflow_delta.engine.errors import (
     CorruptLogError,
     IdentityColumnError,
     InvalidPredicateError,
-    TableNotFoundError,
     UnsupportedCommandError,
 )
 from airflow_delta.engine.expressions.generated import (
@@ -90,7 +90,6 @@ from airflow_delta.engine.protocol.action_types import add_files_from_arrow, sta
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.features import (
     change_data_feed_enabled,
-    check_writer_support,
 )
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.protocol.schema import delta_field_metadata
@@ -176,17 +175,11 @@ def _plan(
     """The plan of a DELETE or UPDATE (`name`), or the skipped result of one whose app
     transactions the table already holds."""
     started = time.monotonic()
-    uri = table.table if isinstance(table, OptimisticTransaction) else table
     txn = command_transaction(name, table, storage_options, commit_properties)
     operation = dml_operation(name, predicate)
     if txn.already_committed():
         return txn.result(None, operation)
-    if txn.read_version < 0:
-        raise TableNotFoundError(
-            f"{name} of {uri}: no Delta table there. Create it first (write_delta or "
-            "DeltaLog.create_table)."
-        )
-    check_writer_support(txn.protocol, txn.table, txn.metadata)
+    check_writable(name, txn)
     schema = _table_schema(name, txn)
     parsed = txn.parse_file_predicate(predicate)  # once, for the files and for the rows
     rows = None if predicate is None else PartitionPredicate(predicate, parsed.root, parsed.used)

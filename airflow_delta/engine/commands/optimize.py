@@ -51,16 +51,18 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.commands.command_transaction import command_transaction
+from airflow_delta.engine.commands.command_transaction import (
+    check_writable,
+    command_transaction,
+)
 from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
 from airflow_delta.engine.commands.row_ids import RowTracking
-from airflow_delta.engine.errors import TableNotFoundError, UnsupportedCommandError
+from airflow_delta.engine.errors import UnsupportedCommandError
 from airflow_delta.engine.expressions.predicates import parse_predicates
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
-from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.txn.commit_checks import CLUSTERING_DOMAIN
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
@@ -186,7 +188,6 @@ def _plan(
     commit_properties: CommitProperties | None,
 ) -> _Plan | CommitResult:
     started = time.monotonic()
-    uri = table.table if isinstance(table, OptimisticTransaction) else table
     txn = command_transaction("OPTIMIZE", table, storage_options, commit_properties)
     zorder = list(zorder_by or [])
     operation = Operation(
@@ -199,12 +200,7 @@ def _plan(
     )
     if txn.already_committed():
         return txn.result(None, operation)
-    if txn.read_version < 0:
-        raise TableNotFoundError(
-            f"OPTIMIZE of {uri}: no Delta table there. Create it first (write_delta or "
-            "DeltaLog.create_table)."
-        )
-    check_writer_support(txn.protocol, txn.table, txn.metadata)
+    check_writable("OPTIMIZE", txn)
     metadata = txn.metadata
     schema = pa.schema([pa.field(f.name, f.type) for f in metadata.schema])
     _check_zorder(txn.table, zorder, schema, metadata.partition_columns)
