@@ -193,7 +193,7 @@ def _read(datas: list[bytes], schema: pa.Schema) -> pa.Table | None:
     block = max(1 << 22, max(len(d) for d in datas) + 1)
     try:
         return pj.read_json(
-            io.BytesIO(b"".join(datas)),
+            io.BufferedReader(_Chain(datas), block),
             read_options=pj.ReadOptions(block_size=block),
             parse_options=pj.ParseOptions(
                 explicit_schema=schema, unexpected_field_behavior="ignore"
@@ -201,6 +201,28 @@ def _read(datas: list[bytes], schema: pa.Schema) -> pa.Table | None:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+
+
+class _Chain(io.RawIOBase):
+    """The commits `parts` as one stream, read without joining them into one copy first."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self._parts = [memoryview(p) for p in parts]
+        self._part, self._offset = 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        out, filled = memoryview(buffer).cast("B"), 0
+        while filled < len(out) and self._part < len(self._parts):
+            part = self._parts[self._part]
+            size = min(len(out) - filled, len(part) - self._offset)
+            out[filled : filled + size] = part[self._offset : self._offset + size]
+            filled, self._offset = filled + size, self._offset + size
+            if self._offset == len(part):
+                self._part, self._offset = self._part + 1, 0
+        return filled
 
 
 class _FileActions:
