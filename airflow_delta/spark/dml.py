@@ -1,5 +1,5 @@
 """DELETE and UPDATE by predicate on Spark (delta-spark's DeleteCommand and UpdateCommand,
-without deletion vectors): for the predicates and assignments the in-process commands
+with its deletion vectors): for the predicates and assignments the in-process commands
 (`engine/commands/dml.py`) do not evaluate, such as arithmetic and function calls.
 
     result = delete(spark, "/data/events", "upper(country) = 'FR' AND day < '2024-01-01'")
@@ -13,23 +13,32 @@ Both run in one transaction of the engine:
    that may hold matching rows conflicts) and the files as read; with no such conjunct the
    whole table is read;
 2. one Spark job counts, per candidate file, its live rows and the rows the predicate matches
-   (Spark SQL over the table's columns; a NULL result does not match). A predicate over
-   partition columns only (or none) that the engine parses whole matches every row of the
-   candidates: their stats count the rows, and no job runs (unless a file has no stats);
-3. the files holding matching rows (touched) are removed. DELETE removes a file whose every
-   live row matches without reading it again and rewrites the others without the matching
-   rows; UPDATE rewrites every touched file, the assignments applied to the matching rows
-   (cast to the column's type; generated columns recomputed, identity columns never set).
-   The rows are written by `write_files` (table constraints, generated and identity columns);
-   on a change-data-feed table each deleted row, and each updated row before and after, also
-   goes to `_change_data` files in the same tasks (`write_change_files`);
+   (Spark SQL over the table's columns; a NULL result does not match); on a table with
+   deletion vectors it also collects the matching rows' indexes in the file (physical
+   positions, `_metadata.row_index`). A predicate over partition columns only (or none) that
+   the engine parses whole matches every row of the candidates: their stats count the rows,
+   and no job runs (unless a file has no stats);
+3. the files holding matching rows (touched) change. A file whose every live row matches is
+   removed (DELETE does not read it again). Of the others, on a table with deletion vectors
+   (`delta.enableDeletionVectors=true` and the deletionVectors feature) each stays with a new
+   deletion vector: its old DV's rows and the matching ones (`spark/deletion_vectors.py`, the
+   engine's `DeletionVectorWriter`); on other tables each is rewritten: DELETE keeps the other
+   rows, UPDATE every row. UPDATE writes the matching rows updated (every row of a rewritten
+   file), the assignments applied (cast to the column's type; generated columns recomputed,
+   identity columns never set). The rows are written by `write_files` (table constraints,
+   generated and identity columns); on a change-data-feed table each deleted row, and each
+   updated row before and after, also goes to `_change_data` files in the same tasks
+   (`write_change_files`);
 4. the commit (operation DELETE or UPDATE) carries delta-spark's metrics under the names the
    in-process commands use. When nothing matches nothing is committed (the result is skipped,
    with the metrics), unless the commit properties carry app transactions, which then land in
    an empty commit.
 
-Existing deletion vectors are applied when reading; the files written here carry none. Only
-DataFrame APIs are used, so a Spark Connect session works too.
+Existing deletion vectors are applied when reading; the files written here carry none. On a
+table with row tracking enabled a DELETE with deletion vectors moves no row (the files keep
+their row ids); an UPDATE, or a rewrite, is refused at commit, as it would not keep the
+updated rows' ids (the in-process UPDATE does). Only DataFrame APIs are used, so a Spark
+Connect session works too.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from airflow_delta.engine.commands.command_transaction import (
     dml_operation,
 )
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
+from airflow_delta.engine.commands.deletion_vector_files import deletion_vectors_enabled
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     IdentityColumnError,
@@ -64,6 +74,13 @@ from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
+from airflow_delta.spark.deletion_vectors import (
+    DeletionVectorChanges,
+    RowIndexes,
+    changed_row_indexes,
+    deletion_vector_metrics,
+    index_lists,
+)
 from airflow_delta.spark.read import scan_files
 from airflow_delta.spark.write import write_change_files, write_files
 
@@ -75,6 +92,7 @@ __all__ = ["delete", "pruning_predicates", "update"]
 log = logging.getLogger(__name__)
 
 _FILE = "__delta_dml_file"
+_ROW = "__delta_dml_row_index"
 _MATCHED = "__delta_dml_matched"
 _BEFORE = "__delta_dml_preimage"
 
@@ -84,7 +102,8 @@ Table = str | DeltaLog | OptimisticTransaction
 @dataclass
 class _Scan:
     """One DELETE or UPDATE on Spark: its transaction, the candidate files, the row condition
-    and, per touched file (by log path), its live rows and the rows that match."""
+    and, per touched file (by log path), its live rows and the rows that match; on a table with
+    deletion vectors (`dvs`), the indexes of the matching rows of the files keeping rows."""
 
     spark: SparkSession
     operation: Operation
@@ -92,6 +111,8 @@ class _Scan:
     files: pa.StructArray
     matched: Column
     counts: dict[str, tuple[int, int]]
+    indexes: dict[str, RowIndexes]
+    dvs: bool
     started: float
     scan_ms: int
 
@@ -144,11 +165,13 @@ def _start(
     pruning = pruning_predicates(txn, predicate)
     files = txn.filter_files_arrow(pruning or None)
     matched = F.coalesce(F.expr(predicate), F.lit(False)) if predicate else F.lit(True)
+    dvs = deletion_vectors_enabled(txn)
     counts = _whole_files(txn, files, predicate, pruning)
+    indexes: dict[str, RowIndexes] = {}
     if counts is None:
-        counts = _matching_rows(spark, txn, files, matched)
+        counts, indexes = _matching_rows(spark, txn, files, matched, dvs)
     scan_ms = _ms_since(started)
-    return _Scan(spark, operation, txn, files, matched, counts, started, scan_ms)
+    return _Scan(spark, operation, txn, files, matched, counts, indexes, dvs, started, scan_ms)
 
 
 def _whole_files(
@@ -173,38 +196,61 @@ def _whole_files(
 
 
 def _matching_rows(
-    spark: SparkSession, txn: OptimisticTransaction, files: pa.StructArray, matched: Column
-) -> dict[str, tuple[int, int]]:
-    """Per candidate file holding matching rows, (live rows, matching rows): one Spark job."""
+    spark: SparkSession,
+    txn: OptimisticTransaction,
+    files: pa.StructArray,
+    matched: Column,
+    with_indexes: bool,
+) -> tuple[dict[str, tuple[int, int]], dict[str, RowIndexes]]:
+    """Per candidate file holding matching rows, (live rows, matching rows), and with
+    `with_indexes`, per one of them keeping rows, the matching rows' indexes in the file: one
+    Spark job."""
     if not len(files):
-        return {}
-    rows = scan_files(spark, txn.snapshot, files, file_column=_FILE)
-    per_file = (
-        rows.groupBy(_FILE)
-        .agg(F.count(F.lit(1)).alias("rows"), F.count(F.when(matched, 1)).alias("matched"))
-        .where(F.col("matched") > 0)
-        .collect()
-    )
-    return {r[_FILE]: (int(r["rows"]), int(r["matched"])) for r in per_file}
+        return {}, {}
+    keys = {"row_index_column": _ROW} if with_indexes else {}
+    rows = scan_files(spark, txn.snapshot, files, file_column=_FILE, **keys)
+    counted = [F.count(F.lit(1)).alias("rows"), F.count(F.when(matched, 1)).alias("matched")]
+    if with_indexes:
+        counted.append(changed_row_indexes(matched, _ROW).alias("indexes"))
+    per_file = rows.groupBy(_FILE).agg(*counted).where(F.col("matched") > 0)
+    if with_indexes:  # not those of files removed whole
+        partial = F.col("matched") < F.col("rows")
+        per_file = per_file.withColumn("indexes", F.when(partial, F.col("indexes")))
+    found = per_file.toArrow()
+    paths = found.column(_FILE).to_pylist()
+    counts = zip(found.column("rows").to_pylist(), found.column("matched").to_pylist(), strict=True)
+    by_path = {p: (int(n), int(m)) for p, (n, m) in zip(paths, counts, strict=True)}
+    if not with_indexes:
+        return by_path, {}
+    lists = zip(paths, index_lists(found.column("indexes")), strict=True)
+    return by_path, {p: rows for p, rows in lists if rows is not None}
 
 
 def _commit(
-    scan: _Scan, adds: list[AddFile], cdcs: list[AddCDCFile], metrics: dict[str, int]
+    scan: _Scan,
+    written: tuple[list[AddFile], list[AddCDCFile]],
+    dvs: DeletionVectorChanges | None,
+    metrics: dict[str, int],
 ) -> CommitResult:
-    """Commit the written files, the removes of the touched files and the metrics."""
-    txn, rewrite_started = scan.txn, time.monotonic()
-    removed = add_files_from_arrow(scan.touched())
+    """Commit the written files, the touched files' removes (and, with `dvs`, those re-added
+    with deletion vectors) and the metrics."""
+    (adds, cdcs), txn, rewrite_started = written, scan.txn, time.monotonic()
     now = int(time.time() * 1000)
-    actions: list[Action] = [*adds, *cdcs, *(f.remove(now) for f in removed)]
+    actions: list[Action] = [*adds, *cdcs]
+    if dvs is None:
+        removed = add_files_from_arrow(scan.touched())
+        actions += [f.remove(now) for f in removed]
+        metrics |= deletion_vector_metrics(removed, [])
+    else:
+        removed = dvs.removed
+        actions += dvs.actions(now)
+        metrics |= dvs.metrics()
     metrics |= {
         "numRemovedFiles": len(removed),
         "numAddedFiles": len(adds),
         "numAddedChangeFiles": len(cdcs),
         "numAddedBytes": sum(a.size for a in adds),
         "numRemovedBytes": sum(f.size for f in removed),
-        "numDeletionVectorsAdded": 0,
-        "numDeletionVectorsRemoved": sum(1 for f in removed if f.deletion_vector is not None),
-        "numDeletionVectorsUpdated": 0,
         "scanTimeMs": scan.scan_ms,
         "rewriteTimeMs": _ms_since(rewrite_started) + metrics.pop("rewriteTimeMs", 0),
         "executionTimeMs": _ms_since(scan.started),
@@ -214,15 +260,33 @@ def _commit(
 
 
 def _write(
-    scan: _Scan, output: DataFrame | None, changes: bool
+    scan: _Scan, output: DataFrame | None, changes: bool, dvs: DeletionVectorChanges | None
 ) -> tuple[list[AddFile], list[AddCDCFile]]:
     """Write `output` (None: nothing) to data files, or with `changes` to data and change
-    data files by CHANGE_TYPE_COLUMN."""
-    if output is None:
-        return [], []
-    if changes:
-        return write_change_files(scan.txn, output)
-    return write_files(scan.txn, output), []
+    data files by CHANGE_TYPE_COLUMN; with `dvs`, their deletion vectors first."""
+
+    def write() -> tuple[list[AddFile], list[AddCDCFile]]:
+        if output is None:
+            return [], []
+        if changes:
+            return write_change_files(scan.txn, output)
+        return write_files(scan.txn, output), []
+
+    return write() if dvs is None else dvs.write(write)
+
+
+def _deletion_vectors(scan: _Scan) -> DeletionVectorChanges | None:
+    """On a table with deletion vectors, what happens to the touched files: those keeping rows
+    get a new DV (their matching rows deleted), the others are removed; else None."""
+    if not scan.dvs:
+        return None
+    return DeletionVectorChanges.of(scan.txn, scan.touched(), scan.indexes)
+
+
+def _copied(scan: _Scan) -> int:
+    """The live rows written again: the unchanged rows of the rewritten files (none with
+    deletion vectors)."""
+    return 0 if scan.dvs else sum(n - m for n, m in scan.counts.values())
 
 
 # -- DELETE -----------------------------------------------------------------------------------
@@ -240,10 +304,12 @@ def delete(
     on it) that satisfy `predicate` (Spark SQL over its columns; None deletes every row), on
     Spark.
 
-    Files whose rows all match are removed whole; the other touched files are rewritten
-    without the deleted rows. Returns the commit's CommitResult, delta-spark's metrics in
-    `result.metrics` (numDeletedRows, numRemovedFiles, numAddedFiles, numCopiedRows,
-    numAddedChangeFiles, ...); skipped (version None) when no row matched.
+    Files whose rows all match are removed whole; on a table with deletion vectors enabled the
+    other touched files get a deletion vector (no data file is written), else they are
+    rewritten without the deleted rows. Returns the commit's CommitResult, delta-spark's
+    metrics in `result.metrics` (numDeletedRows, numRemovedFiles, numAddedFiles, numCopiedRows,
+    numAddedChangeFiles, numDeletionVectorsAdded, ...); skipped (version None) when no row
+    matched.
 
     Example: `delete(spark, "s3://bucket/events", "lower(email) LIKE '%@example.com'")`.
     """
@@ -251,6 +317,7 @@ def delete(
     if isinstance(scan, CommitResult):
         return scan
     started = time.monotonic()
+    dvs = _deletion_vectors(scan)
     partial = scan.touched(whole=False)
     touched = scan.touched()
     # change data files only when a file keeps rows (else readers take the removes as deletes;
@@ -264,16 +331,19 @@ def delete(
         rows = scan.rows(touched)
         change = F.when(F.col(_MATCHED), F.lit("delete")).alias(CHANGE_TYPE_COLUMN)
         output = rows.select(*_table_columns(rows), change)
-    elif len(partial):
+        if dvs is not None:  # the other rows stay in place
+            rows = rows.where(F.col(_MATCHED))
+        output = rows.select(*_table_columns(rows), change)
+    elif len(partial) and dvs is None:
         rows = scan.rows(partial)
         output = rows.where(~F.col(_MATCHED)).select(*_table_columns(rows))
-    adds, cdcs = _write(scan, output, changes)
+    written = _write(scan, output, changes, dvs)
     metrics = {
         "numDeletedRows": sum(m for _, m in scan.counts.values()),
-        "numCopiedRows": sum(n - m for n, m in scan.counts.values()),
+        "numCopiedRows": _copied(scan),
         "rewriteTimeMs": _ms_since(started),
     }
-    return _commit(scan, adds, cdcs, metrics)
+    return _commit(scan, written, dvs, metrics)
 
 
 def _table_columns(rows: DataFrame) -> list[Column]:
@@ -298,9 +368,11 @@ def update(
     updates every row), on Spark. `set` maps columns to Spark SQL expressions over the row's
     columns (any: arithmetic, function calls, CASE, ...), cast to the column's type.
 
-    Every touched file is rewritten. Returns the commit's CommitResult, delta-spark's metrics
-    in `result.metrics` (numUpdatedRows, numCopiedRows, numRemovedFiles, numAddedFiles,
-    numAddedChangeFiles, ...); skipped (version None) when no row matched. Raises ValueError
+    On a table with deletion vectors enabled a touched file keeps its other rows under a
+    deletion vector and only the updated rows are written; otherwise every touched file is
+    rewritten. Returns the commit's CommitResult, delta-spark's metrics in `result.metrics`
+    (numUpdatedRows, numCopiedRows, numRemovedFiles, numAddedFiles, numAddedChangeFiles,
+    numDeletionVectorsAdded, ...); skipped (version None) when no row matched. Raises ValueError
     for an unknown column and IdentityColumnError for an identity column in `set`.
 
     Example: `update(spark, uri, {"amount": "amount * 2", "name": "upper(name)"},
@@ -316,16 +388,20 @@ def update(
     assigned = _assignments(txn, set)
     changes = change_data_feed_enabled(txn.protocol, txn.metadata)
     touched = scan.touched()
+    dvs = _deletion_vectors(scan)
     output = None
     if len(touched):
-        output = _updated_rows(scan.rows(touched), txn, assigned, changes)
-    adds, cdcs = _write(scan, output, changes and output is not None)
+        rows = scan.rows(touched)
+        if dvs is not None:  # the other rows stay in place
+            rows = rows.where(F.col(_MATCHED))
+        output = _updated_rows(rows, txn, assigned, changes)
+    written = _write(scan, output, changes and output is not None, dvs)
     metrics = {
         "numUpdatedRows": sum(m for _, m in scan.counts.values()),
-        "numCopiedRows": sum(n - m for n, m in scan.counts.values()),
+        "numCopiedRows": _copied(scan),
         "rewriteTimeMs": _ms_since(started),
     }
-    return _commit(scan, adds, cdcs, metrics)
+    return _commit(scan, written, dvs, metrics)
 
 
 def _assignments(txn: OptimisticTransaction, set: Mapping[str, str]) -> dict[str, str]:

@@ -199,6 +199,21 @@ def with_deletion_vector(file: AddFile, descriptor: DeletionVectorDescriptor) ->
     )
 
 
+def with_rows_deleted(
+    file: AddFile,
+    rows: npt.ArrayLike,
+    reader: DeletionVectorReader,
+    writer: DeletionVectorWriter,
+) -> AddFile:
+    """`file` re-added with a new deletion vector (from `writer`) deleting the rows of its old
+    one (read by `reader`) and `rows`, indexes in the file (physical: counting the rows its old
+    DV deletes). For executors that find the rows elsewhere, such as the Spark commands."""
+    indexes = np.asarray(rows, dtype=np.uint64)
+    if file.deletion_vector is not None:
+        indexes = np.union1d(reader.read(file.deletion_vector), indexes)
+    return with_deletion_vector(file, writer.add(indexes))
+
+
 def deletion_vectors_enabled(txn: OptimisticTransaction) -> bool:
     """Whether commands write deletion vectors on `txn`'s table (the deletionVectors feature
     and delta.enableDeletionVectors=true); else they rewrite files."""
