@@ -19,11 +19,15 @@
    source rows (MultipleSourceRowMatchingTargetRowInMergeError);
 3. writeAllChanges: the rows of the touched files, updated, deleted or copied per clause, and
    the inserted source rows are written by `write_files`; the touched files are removed and
-   every other file stays. On a change-data-feed table (unless the MERGE only inserts), each
-   output row also carries its change (`insert`, `update_postimage`, `delete`, NULL for a copy;
-   an updated row adds its `update_preimage`), and `write_change_files` writes the
-   `_change_data` files beside the data files in the same tasks (`cdc` actions,
-   numTargetChangeFilesAdded);
+   every other file stays. On a table with deletion vectors enabled
+   (`spark/merge_deletion_vectors.py`) step 2 also collects the modified rows' indexes in
+   their files, only the updated rows are written (no copies), and a touched file keeping
+   unmodified rows is re-added with a new deletion vector (its old DV's rows and the modified
+   ones) instead of being removed, as the in-process MERGE does. On a change-data-feed table
+   (unless the MERGE only inserts), each output row also carries its change (`insert`,
+   `update_postimage`, `delete`, NULL for a copy; an updated row adds its `update_preimage`),
+   and `write_change_files` writes the `_change_data` files beside the data files in the same
+   tasks (`cdc` actions, numTargetChangeFilesAdded);
 4. commit as operation MERGE with Delta's parameters and metrics; `execute()` returns the
    commit's `CommitResult` (the version, with the metrics in `result.metrics`).
 
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -58,6 +63,7 @@ from pyspark.sql.types import StructField
 
 from airflow_delta.engine import CommitProperties, DeltaLog, OptimisticTransaction
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
+from airflow_delta.engine.commands.deletion_vector_files import deletion_vectors_enabled
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -74,11 +80,14 @@ from airflow_delta.engine.errors import (
     UnsupportedMergeError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier
+from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.spark.constraints import check_no_explicit_identity
+from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
+from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import NUMERIC_ORDER, write_change_files, write_files
 
@@ -101,6 +110,21 @@ _BEFORE = "__delta_merge_preimage"
 _CHANGE_TYPES = {"insert": "insert", "update": "update_postimage", "delete": "delete"}
 
 
+@dataclass
+class _Found:
+    """What findTouchedFiles found: the touched files (log paths), the target rows each
+    modifying clause changes, whether a touched file holds a row several source rows matched
+    and no clause modifies (or an unconditional DELETE deletes), whether an untouched file
+    holds a matched row, and per touched file (count, indexes of its modified rows: with
+    deletion vectors only)."""
+
+    paths: list[str] = field(default_factory=list)
+    per_clause: list[int] = field(default_factory=list)
+    duplicates: bool = False
+    untouched_matches: bool = False
+    modified: dict[str, tuple[int, RowIndexes | None]] = field(default_factory=dict)
+
+
 class DeltaMergeBuilder(ArrowMergeBuilder):
     """MERGE of `source_df` (a Spark DataFrame, or Arrow data) into the Delta table at
     `target_uri`; `merge_delta` builds it.
@@ -115,6 +139,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
 
     #: Whether the Spark executor's output rows carry their changes (a change-data-feed table).
     _changes = False
+    #: Whether it writes deletion vectors (a table with them enabled): modified rows only.
+    _dvs = False
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         if not isinstance(self.source_df, DataFrame):
@@ -167,23 +193,58 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         fields = target.schema.fields
         self._check_assignments([f.name for f in fields], self.source_df.columns)
         self._column_rules = self._computed_columns(txn)
+        self._dvs = deletion_vectors_enabled(txn)
         source = self.source_df.withColumn(_SOURCE, F.lit(True))
+        modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
+        found = _Found(per_clause=[0] * len(modifying))
+        if modifying:
+            identified = self._identified_rows(spark, snapshot, files)
+            found = self._find_touched_files(source, identified, modifying)
+        touched = files.filter(pc.is_in(files.field("path"), pa.array(found.paths, pa.string())))
+        # change data files unless the MERGE only inserts (readers take its adds as inserts)
+        self._changes = bool(len(touched)) and change_data_feed_enabled(txn.protocol, txn.metadata)
+        dvs = None
+        if self._dvs:  # the touched files keep their unmodified rows under a deletion vector
+            dvs = file_changes(spark, txn, touched, found.modified, _FILE)
+        output = self._output_rows(source, target, snapshot, touched, found)
+
+        def write() -> tuple[list[AddFile], list[AddCDCFile]]:
+            if output is None:
+                return [], []
+            if self._changes:
+                return write_change_files(txn, output)
+            return write_files(txn, output), []
+
+        adds, cdcs = write() if dvs is None else dvs.write(write)
+        if dvs is None:
+            num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
+        else:  # rows a DV leaves in place are not copied
+            num_rows = sum(n for n, _ in found.modified.values())
+        actions, metrics = self._metrics(
+            found.per_clause, touched, num_rows, adds, self.source_df.count()
+        )
+        if dvs is not None:
+            actions, metrics = with_deletion_vectors(actions, metrics, touched, dvs)
+        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
+
+    def _output_rows(
+        self,
+        source: DataFrame,
+        target: DataFrame,
+        snapshot: Snapshot,
+        touched: pa.StructArray,
+        found: _Found,
+    ) -> DataFrame | None:
+        """The rows to write (None: none): the touched files' rows after the MATCHED and NOT
+        MATCHED BY SOURCE clauses (with deletion vectors, the modified ones only), and the
+        inserted source rows."""
+        spark, fields = source.sparkSession, target.schema.fields
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         inserting = [c for c in self.clauses if c.kind == NOT_MATCHED]
         keys = {"file_column": _FILE, "row_index_column": _ROW}
-
-        paths: list[str] = []
-        per_clause = [0] * len(modifying)
-        duplicates = untouched_matches = False
-        if modifying:
-            paths, per_clause, duplicates, untouched_matches = self._find_touched_files(
-                source, self._identified_rows(spark, snapshot, files), modifying
-            )
-        touched = files.filter(pc.is_in(files.field("path"), pa.array(paths, pa.string())))
-        # change data files unless the MERGE only inserts (readers take its adds as inserts)
-        self._changes = bool(len(touched)) and change_data_feed_enabled(txn.protocol, txn.metadata)
+        duplicates = found.duplicates
         outputs = []
-        if modifying and inserting and not duplicates and not untouched_matches:
+        if modifying and inserting and not duplicates and not found.untouched_matches:
             # every source row matching a candidate row matched one of the touched files: one
             # full outer join gives the updates, copies and inserts
             if len(touched):
@@ -197,19 +258,9 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
             if inserting:
                 outputs.append(self._insert(source, target, fields, inserting))
-        adds: list[AddFile] = []
-        cdcs: list[AddCDCFile] = []
-        if outputs:
-            output = outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
-            if self._changes:
-                adds, cdcs = write_change_files(txn, output)
-            else:
-                adds = write_files(txn, output)
-        num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
-        actions, metrics = self._metrics(
-            per_clause, touched, num_rows, adds, self.source_df.count()
-        )
-        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
 
     def _computed_columns(self, txn: OptimisticTransaction) -> tuple[set[str], set[str], set[str]]:
         """The table's identity and generated columns and the source's columns (lowercase);
@@ -263,11 +314,14 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         query, and the function mapping a file key to the file's log path.
 
         A plain scan (no partition values, no deletion vectors: no join inside) takes Spark's
-        own file name and a generated id, both computed while the file is read; otherwise the
+        own file name and a generated id, both computed while the file is read; otherwise, and
+        when the MERGE writes deletion vectors (which need each row's index in its file), the
         scan attaches the log path and the row index itself.
         """
-        plain = not snapshot.metadata.partition_columns and (
-            pc.struct_field(files, "deletionVector").null_count == len(files)
+        plain = (
+            not self._dvs
+            and not snapshot.metadata.partition_columns
+            and (pc.struct_field(files, "deletionVector").null_count == len(files))
         )
         if not plain or not len(files):
             rows = scan_files(spark, snapshot, files, file_column=_FILE, row_index_column=_ROW)
@@ -298,11 +352,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         source: DataFrame,
         identified: tuple[DataFrame, Callable[[Any], str]],
         clauses: list[MergeClause],
-    ) -> tuple[list[str], list[int], bool, bool]:
+    ) -> _Found:
         """The touched files, the target rows each clause modifies, whether a touched file
         holds a row matched by several source rows that no clause modifies (copied once) or
-        that an unconditional DELETE deletes (recorded as one change), and whether an
-        untouched file holds a row some source row matched.
+        that an unconditional DELETE deletes (recorded as one change), whether an untouched
+        file holds a row some source row matched, and per touched file its modified rows
+        (with deletion vectors, and their indexes in the file).
 
         Raises MultipleSourceRowMatchingTargetRowInMergeError when a modified target row
         matched several source rows (unless the only MATCHED clause is an unconditional
@@ -326,41 +381,51 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if by_source:
             unmatched = rows.where(~F.col(_SOURCE) & F.col(_ACTION).isNotNull()).select(
                 _FILE,
+                _ROW,
                 F.lit(0).cast("long").alias("matches"),
                 F.lit(1).cast("long").alias("modified"),
                 _ACTION,
             )
-            per_row = per_row.select(_FILE, "matches", "modified", _ACTION).unionByName(unmatched)
-        several = F.col("matches") > 1
-        modified = F.col("modified") > 0
-        per_file = (
-            per_row.groupBy(_FILE)
-            .agg(
-                F.count(F.when(modified, 1)).alias("modified"),
-                F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
-                F.count(F.when(several & modified, 1)).alias("conflicts"),
-                F.count(F.when(several & ~modified, 1)).alias("copies"),
-                *(
-                    F.count(F.when(F.col(_ACTION) == i, 1)).alias(f"c{i}")
-                    for i in range(len(clauses))
-                ),
-            )
-            .collect()
-        )
+            columns = [_FILE, _ROW, "matches", "modified", _ACTION]
+            per_row = per_row.select(*columns).unionByName(unmatched)
+        per_file, indexes = self._per_file(per_row, len(clauses))
         untouched_matches = any(r["modified"] == 0 and r["matched"] > 0 for r in per_file)
-        per_file = [r for r in per_file if r["modified"] > 0]
+        modified = [(r, i) for r, i in zip(per_file, indexes, strict=True) if r["modified"] > 0]
         matched_clauses = [c for c in clauses if c.kind == MATCHED]
         delete_only = matched_clauses == [MergeClause(MATCHED, "delete", None, {})]
-        conflicts = sum(r["conflicts"] for r in per_file)
+        conflicts = sum(r["conflicts"] for r, _ in modified)
         if conflicts and not delete_only:
             raise self._multiple_matches(conflicts)
-        counts = [sum(r[f"c{i}"] for r in per_file) for i in range(len(clauses))]
-        return (
-            [log_path(r[_FILE]) for r in per_file],
-            counts,
-            any(r["copies"] for r in per_file) or conflicts > 0,
+        return _Found(
+            [log_path(r[_FILE]) for r, _ in modified],
+            [sum(r[f"c{i}"] for r, _ in modified) for i in range(len(clauses))],
+            any(r["copies"] for r, _ in modified) or conflicts > 0,
             untouched_matches,
+            {log_path(r[_FILE]): (int(r["modified"]), i) for r, i in modified},
         )
+
+    def _per_file(
+        self, per_row: DataFrame, clauses: int
+    ) -> tuple[list[dict[str, Any]], list[RowIndexes | None]]:
+        """Per file holding a modified or matched target row (of `per_row`: one per target row,
+        with its matches, whether modified and its clause): its counts, and with deletion
+        vectors the indexes of its modified rows (else None)."""
+        several = F.col("matches") > 1
+        modified = F.col("modified") > 0
+        counts = [
+            F.count(F.when(modified, 1)).alias("modified"),
+            F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
+            F.count(F.when(several & modified, 1)).alias("conflicts"),
+            F.count(F.when(several & ~modified, 1)).alias("copies"),
+            *(F.count(F.when(F.col(_ACTION) == i, 1)).alias(f"c{i}") for i in range(clauses)),
+        ]
+        if self._dvs:
+            counts.append(changed_row_indexes(modified, _ROW).alias("indexes"))
+        found = per_row.groupBy(_FILE).agg(*counts).toArrow()
+        if not self._dvs:
+            return found.to_pylist(), [None] * found.num_rows
+        indexes = index_lists(found.column("indexes"))
+        return found.drop_columns(["indexes"]).to_pylist(), indexes
 
     def _rewrite(
         self,
@@ -376,6 +441,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
         if deleting and not self._changes:  # with changes: written as `delete` changes
             rows = rows.where(F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting))
+        if self._dvs:  # unmodified rows stay in place, under the files' new deletion vectors
+            rows = rows.where(F.col(_ACTION).isNotNull())
         if deduplicate:  # copies (or deletes) of one target row several source rows matched
             rows = rows.dropDuplicates([_FILE, _ROW])
         return self._outputs(rows, fields, clauses, target=True)
@@ -396,6 +463,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         kept = in_target & (F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting or [-1]))
         if self._changes:  # deleted rows written as `delete` changes
             kept = in_target
+        if self._dvs:  # unmodified rows stay in place, under the files' new deletion vectors
+            kept = kept & F.col(_ACTION).isNotNull()
         rows = rows.where(kept | (~in_target & F.col(_ACTION).isNotNull()))
         return self._outputs(rows, fields, clauses, target=True)
 
