@@ -401,6 +401,8 @@ class FileReader:
         self.root = source.location.root
         self.lengths = np.zeros(0, dtype=np.int64)
         self.deletion_vectors = DeletionVectorReader(source.location, version)
+        self._last_found: tuple[tuple[pa.Schema, tuple[str, ...]], dict[str, str | None]] | None
+        self._last_found = None
 
     @property
     def txn(self) -> OptimisticTransaction:
@@ -420,7 +422,9 @@ class FileReader:
             return self.table.empty_table().select(list(columns))
         sizes = pc.struct_field(files, "size")
         small = self.store.is_local and pc.sum(sizes).as_py() < len(paths) * THREADED_FILE_SIZE
-        tables, self.lengths = self._scan(paths, values, dvs, columns, 1 if small else None)
+        tables, self.lengths = self._scan(
+            paths, values, dvs, columns, columnar.int_values(sizes), 1 if small else None
+        )
         return pa.concat_tables(tables)
 
     def _scan(
@@ -429,6 +433,7 @@ class FileReader:
         values: list[Any],
         dvs: list[Any],
         columns: Sequence[str],
+        sizes: npt.NDArray[np.int64],
         threads: int | None,
     ) -> tuple[list[pa.Table], npt.NDArray[np.int64]]:
         """`read`'s tables and rows kept per file: each file's columns read as the file holds
@@ -436,19 +441,10 @@ class FileReader:
         same partition values and file schema made the table's columns once (`_columns`), not
         file by file."""
 
+        where = self.store.file_paths(self.root, paths, table=self.table_uri, version=self.version)
+
         def raw(i: int) -> tuple[pa.Schema, pa.Table]:
-            where = self.store.file_path(
-                self.root, paths[i], table=self.table_uri, version=self.version
-            )
-            try:
-                with self.store.open_input(where) as f:
-                    file = pq.ParquetFile(f, memory_map=self.store.is_local)
-                    schema = file.schema_arrow
-                    found = self._found(schema, columns)
-                    present = sorted({n for n in found.values() if n is not None})
-                    return schema, file.read(columns=present, use_threads=False)
-            except FileNotFoundError:
-                raise self.snapshot.missing_data_file(paths[i]) from None
+            return self._raw(paths[i], int(sizes[i]), columns, where[i])
 
         with ThreadPoolExecutor(threads or min(len(paths), os.cpu_count() or 1)) as pool:
             read = list(pool.map(raw, range(len(paths))))
@@ -473,10 +469,37 @@ class FileReader:
             start = end
         return tables, np.array(lengths, dtype=np.int64)
 
+    def _raw(
+        self, path: str, size: int | None, columns: Sequence[str], where: str | None = None
+    ) -> tuple[pa.Schema, pa.Table]:
+        """The schema of the data file at `path` (as the log names it, `where` in the store's
+        terms when known; `size` as the log records it), and those of `columns` the file holds,
+        as it holds them."""
+        if where is None:
+            where = self.store.file_path(
+                self.root, path, table=self.table_uri, version=self.version
+            )
+        try:
+            with self.store.open_input(where, size) as source:
+                file = _parquet_file(source)
+                schema = file.schema_arrow
+                found = self._found(schema, columns)
+                present = sorted({n for n in found.values() if n is not None})
+                return schema, file.read(columns=present, use_threads=False)
+        except FileNotFoundError:
+            raise self.snapshot.missing_data_file(path) from None
+
     def _found(self, file: pa.Schema, columns: Sequence[str]) -> dict[str, str | None]:
-        """Where each data column of `columns` is in a file of schema `file` (None: absent)."""
+        """Where each data column of `columns` is in a file of schema `file` (None: absent);
+        remembered for the last schema seen (files of one table mostly share theirs)."""
+        key = (file, tuple(columns))
+        last = self._last_found
+        if last is not None and last[0][1] == key[1] and last[0][0].equals(file, True):
+            return last[1]
         partitions = self.layout.partition_keys
-        return {c: self.layout.find(file, c) for c in columns if c not in partitions}
+        found = {c: self.layout.find(file, c) for c in columns if c not in partitions}
+        self._last_found = (key, found)
+        return found
 
     def kept(self, dv: Mapping[str, Any] | None, rows: int) -> npt.NDArray[np.bool_]:
         """Per row of a file of `rows` rows: whether its deletion vector `dv` keeps it."""
@@ -491,22 +514,16 @@ class FileReader:
             keep[deleted.astype(np.int64)] = False
         return keep
 
-    def read_file(self, path: str, partition: Any, columns: Sequence[str]) -> pa.Table:
+    def read_file(
+        self, path: str, partition: Any, columns: Sequence[str], size: int | None = None
+    ) -> pa.Table:
         """The `columns` of every row of the data file at `path` (as the log names it, its
         deletion vector not applied) whose partition values are `partition` (the log's map, as
         key-value pairs). Columns are read as the table's types (`conform`: view and large
         types of other writers; other types cast, as after type widening); a column the file
-        lacks is null."""
-        location = self.store.file_path(self.root, path, table=self.table_uri, version=self.version)
-        try:
-            with self.store.open_input(location) as f:
-                file = pq.ParquetFile(f, memory_map=self.store.is_local)
-                found = self._found(file.schema_arrow, columns)
-                present = sorted({n for n in found.values() if n is not None})
-                read = file.read(columns=present, use_threads=False)
-        except FileNotFoundError:
-            raise self.snapshot.missing_data_file(path) from None
-        return self._columns(read, found, partition, columns, path)
+        lacks is null. `size` (the log's) lets a small file be read whole, in one call."""
+        schema, read = self._raw(path, size, columns)
+        return self._columns(read, self._found(schema, columns), partition, columns, path)
 
     def _columns(
         self,
@@ -541,6 +558,14 @@ class FileReader:
         return pa.Table.from_arrays(
             arrays, schema=pa.schema([self.table.field(c) for c in columns])
         )
+
+
+def _parquet_file(source: Any) -> pq.ParquetFile:
+    """A parquet file from what `LogStore.open_input` gives: an OS path is memory-mapped, a
+    buffer read in place (pre-buffering it would only copy it)."""
+    if isinstance(source, pa.Buffer):
+        return pq.ParquetFile(source, pre_buffer=False)
+    return pq.ParquetFile(source, memory_map=isinstance(source, str))
 
 
 def _shredded_variant(t: pa.DataType) -> bool:

@@ -29,6 +29,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 import stat
 import threading
 import uuid
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 #: Keys per DeleteObjects request (S3 takes at most 1000).
 DELETE_BATCH = 1000
+#: Data files up to this size (bytes) are read whole by `LogStore.open_input`.
+WHOLE_READ_SIZE = 2 * 2**20
 # Largest body S3 takes in one PUT; below it s3fs never switches to a multipart upload.
 _MAX_SINGLE_PUT = 5 * 2**30
 _memory_lock = threading.Lock()
@@ -232,9 +235,23 @@ class LogStore(ABC):
         """Whether paths are OS paths that pyarrow opens natively (memory-mapped, no GIL)."""
         return "file" in _protocols(self.fs)
 
-    def open_input(self, path: str) -> contextlib.AbstractContextManager[Any]:
+    def open_input(
+        self, path: str, size: int | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
         """`path` ready for `pyarrow.parquet.ParquetFile`: the OS path itself on local disk
-        (to memory-map), else an open binary file."""
+        (to memory-map), else an open binary file.
+
+        A reader about to read a file's data passes the `size` the log records: a small file
+        (at most WHOLE_READ_SIZE bytes; on local disk by its actual size) is then read whole
+        into a buffer in one call. On local disk that costs a third of memory-mapping it
+        (mmap, page faults, munmap: OPTIMIZE of 2,000 files of 11 KB); on an object store it
+        is one request instead of one per footer and column chunk."""
+        if size is not None and self.is_local:
+            with open(path, "rb", buffering=0) as f:
+                if os.fstat(f.fileno()).st_size <= WHOLE_READ_SIZE:
+                    return contextlib.nullcontext(pa.py_buffer(f.readall()))
+        elif size is not None and 0 <= size <= WHOLE_READ_SIZE:
+            return contextlib.nullcontext(pa.py_buffer(self.fs.cat_file(path)))
         if self.is_local:
             return contextlib.nullcontext(path)
         return contextlib.closing(self.fs.open(path, "rb"))
@@ -274,6 +291,29 @@ class LogStore(ABC):
                 "table."
             )
         return location.fs_path
+
+    def file_paths(
+        self, root: FileLocation, paths: Sequence[str], *, table: str, version: int
+    ) -> list[str]:
+        """`file_path` of each of the data files `paths` (as the log names them). A plain
+        relative path (no scheme, no leading `/`, nothing percent-encoded, no dot segment) is
+        joined to the root without a full resolution: the same result, a microsecond a file
+        rather than twenty (OPTIMIZE reads thousands)."""
+        base = root.child("x")
+        if base.path != root.path.rstrip("/") + "/x" or not self.can_open(base):
+            return [self.file_path(root, p, table=table, version=version) for p in paths]
+        prefix = base.fs_path[:-1]
+        plain = _PLAIN_RELATIVE.fullmatch
+        return [
+            prefix + p
+            if plain(p) and "/." not in p and not p.startswith(".")
+            else self.file_path(root, p, table=table, version=version)
+            for p in paths
+        ]
+
+
+#: A relative data file path that resolves to itself under the root (see `file_paths`).
+_PLAIN_RELATIVE = re.compile(r"[^/%:][^%:]*")
 
 
 def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:

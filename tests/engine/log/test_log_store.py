@@ -31,6 +31,7 @@ from airflow_delta.engine.log.log_store import (
     SingleWriterLogStore,
     get_log_store,
 )
+from airflow_delta.engine.protocol.paths import table_root
 
 COMMIT_0 = "00000000000000000000.json"
 COMMIT_1 = "00000000000000000001.json"
@@ -306,6 +307,51 @@ class PlainFileSystem(MemoryFileSystem):
 
 
 fsspec.register_implementation("plainfs", PlainFileSystem, clobber=True)
+
+
+# --- data files ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "uri", ["local", "memory://tables/paths", "s3a://bucket/t", "/t/a/../t2"], ids=str
+)
+def test_file_paths_resolve_as_file_path_does(uri: str, tmp_path: Path) -> None:
+    table = str(tmp_path / "t") if uri == "local" else uri
+    if uri.startswith("/"):
+        table = f"{tmp_path}{uri}"
+    store, root_path = get_log_store(table, {"anon": "true"} if uri.startswith("s3") else None)
+    root = table_root(table, root_path)
+    paths = [
+        "part-0.parquet", "a=1/b=x%20y/part-1.parquet", "./a/part.parquet", "a/../b.parquet",
+        "a/./b.parquet", ".hidden/x.parquet", "a//b.parquet", "/abs/x.parquet",
+        "a=1:2/x.parquet", "p=+ä/x.parquet", f"{root.uri}/q.parquet", "a/.. /x.parquet",
+    ]  # fmt: skip
+    expected = [store.file_path(root, p, table=table, version=3) for p in paths]
+    assert store.file_paths(root, paths, table=table, version=3) == expected
+    for foreign in ("gs://other/x.parquet", "x:y.parquet"):  # a scheme the store cannot open
+        with pytest.raises(UnsupportedStorageError, match="cannot open"):
+            store.file_paths(root, ["part-0.parquet", foreign], table=table, version=3)
+
+
+@pytest.mark.parametrize("size", [100, 3 * MIB])
+def test_open_input_reads_a_small_file_whole(tmp_path: Path, size: int) -> None:
+    local = LocalLogStore()
+    path = str(tmp_path / "f.bin")
+    Path(path).write_bytes(b"x" * size)
+    with local.open_input(path) as source:
+        assert source == path  # no size given: the path, to memory-map
+    with local.open_input(path, 10) as source:  # the actual size decides on local disk
+        assert (source == path) if size > MIB else (source.to_pybytes() == b"x" * size)
+    memory, root = get_log_store(f"memory://tables/{uuid.uuid4().hex}")
+    remote = f"{root}/f.bin"
+    memory.fs.pipe_file(remote, b"y" * size)
+    with memory.open_input(remote, size) as source:
+        data = source.read() if hasattr(source, "read") else source.to_pybytes()
+        assert data == b"y" * size
+    with pytest.raises(FileNotFoundError):
+        local.open_input(str(tmp_path / "missing.bin"), 10)
+    with pytest.raises(FileNotFoundError):
+        memory.open_input(f"{root}/missing.bin", 10)
 
 
 def test_other_scheme_refuses_put_if_absent_and_names_the_fix() -> None:
