@@ -5,14 +5,19 @@ commands/); here, that the facade reaches it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import time
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from airflow_delta.engine import DeltaLog
+from airflow_delta.engine import DeltaLog, Operation
 from airflow_delta.engine.commands.maintenance import MANIFEST_LOCATION
 from airflow_delta.engine.errors import TableAlreadyExistsError, VersionNotFoundError
+from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
 from tests.engine.commands.test_maintenance_vacuum import OLD_UNREFERENCED, build_table
 from tests.txn_helpers import SCHEMA, append, new_table
 
@@ -42,6 +47,61 @@ def test_create_table_commits_version_zero_with_default_protocol(tmp_path) -> No
     assert snap.schema.names == SCHEMA.names
     with pytest.raises(TableAlreadyExistsError):
         new_table(tmp_path)
+
+
+def _column(name: str, annotation: dict[str, object]) -> pa.Field:
+    return pa.field(name, pa.int64(), metadata={DELTA_METADATA_KEY: json.dumps(annotation)})
+
+
+@pytest.mark.parametrize(
+    ("annotation", "feature"),
+    [
+        ({"delta.generationExpression": "id + 1"}, "generatedColumns"),
+        (
+            {
+                "delta.identity.start": 1,
+                "delta.identity.step": 1,
+                "delta.identity.allowExplicitInsert": False,
+            },
+            "identityColumns",
+        ),
+    ],
+)
+def test_create_table_binds_writers_to_generated_and_identity_columns(
+    tmp_path, annotation: dict[str, object], feature: str
+) -> None:
+    """A new table whose schema has a generated or identity column gets the writer feature, so
+    that other writers (deltalake) compute the column instead of ignoring it."""
+    schema = pa.schema([("id", pa.int64()), _column("derived", annotation)])
+    protocol = DeltaLog.create_table(str(tmp_path / "t"), schema).update().protocol
+    assert protocol.min_writer_version == 7
+    assert feature in (protocol.writer_features or [])
+    assert protocol.min_reader_version == 1
+
+
+def test_deltalake_computes_the_generated_column_of_a_table_we_created(tmp_path) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = str(tmp_path / "t")
+    annotation = {"delta.generationExpression": "id + 1"}
+    DeltaLog.create_table(uri, pa.schema([("id", pa.int64()), _column("derived", annotation)]))
+    write_deltalake(uri, pa.table({"id": pa.array([1, 5], pa.int64())}), mode="append")
+    rows = DeltaTable(uri).to_pyarrow_table().sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "derived": 2}, {"id": 5, "derived": 6}]
+
+
+def test_an_old_table_with_generation_expressions_keeps_its_protocol(tmp_path) -> None:
+    """DBR 8.0 wrote generation expressions under protocol (1, 2), where no writer is bound to
+    them: a metadata change keeps them unenforced (no generatedColumns feature is added)."""
+    golden = Path("/work/shared/golden/tables/delta__spark__dbr_8_0_non_generated_columns")
+    shutil.copytree(golden, tmp_path / "t")
+    log = DeltaLog.for_table(str(tmp_path / "t"))
+    txn = log.start_transaction()
+    txn.update_metadata(dataclasses.replace(txn.metadata, description="described"))
+    txn.commit([], Operation("SET TBLPROPERTIES", {}))
+    snapshot = log.update()
+    assert (snapshot.protocol.min_reader_version, snapshot.protocol.min_writer_version) == (1, 2)
+    assert snapshot.metadata.description == "described"
 
 
 def test_create_table_refuses_a_bad_property(tmp_path) -> None:

@@ -1,5 +1,6 @@
 """Checks of a commit's actions and schema that need no transaction state: column names,
-partition values, append-only tables, stats of clustering columns."""
+partition values, append-only tables, stats of clustering columns, and the table features a
+new metadata needs."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from airflow_delta.engine.protocol.actions import (
     RemoveFile,
 )
 from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.features import PROPERTY_FEATURES
 from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_PHYSICAL_NAME,
+    column_mapping_problems,
     delta_field_metadata,
     is_variant,
 )
@@ -56,6 +59,67 @@ def check_file_actions(
                 f"{sorted(a.partition_values)} but the table is partitioned by "
                 f"{sorted(columns)}"
             )
+
+
+def check_new_metadata(metadata: Metadata, table: str) -> None:
+    """InvalidCommitError for a metadata without a struct schema, with invalid column names,
+    with a schema column mapping does not cover (when the table maps columns), or with a
+    partition column missing from the schema or not of a primitive type."""
+    schema = json.loads(metadata.schema_string or "null")
+    if not isinstance(schema, dict) or schema.get("type") != "struct":
+        raise InvalidCommitError(f"Table {table}: metadata has no struct schemaString")
+    names = [f["name"] for f in schema.get("fields", [])]
+    mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
+    check_names(names, mapping, table)
+    if mapping:
+        max_id = int(metadata.configuration.get("delta.columnMapping.maxColumnId", 0))
+        problems = column_mapping_problems(schema, max_id)
+        if problems:
+            raise InvalidCommitError(
+                f"Table {table} uses column mapping "
+                f"(delta.columnMapping.mode={metadata.column_mapping_mode}), but its new "
+                "schema is not mapped: " + "; ".join(problems)
+            )
+    top = {f["name"]: f["type"] for f in schema.get("fields", [])}
+    for column in metadata.partition_columns:
+        if column not in top:
+            raise InvalidCommitError(
+                f"Table {table}: partition column '{column}' is not in the schema "
+                f"(columns: {', '.join(names)})"
+            )
+        if isinstance(top[column], dict):
+            raise InvalidCommitError(
+                f"Table {table}: partition column '{column}' must have a primitive type"
+            )
+
+
+def features_wanted(metadata: Metadata, new_table: bool) -> set[str]:
+    """The table features `metadata` needs: those its properties enable, timestampNtz for such
+    a column, checkConstraints for a constraint, domainMetadata with rowTracking, and, for a
+    `new_table`, generatedColumns and identityColumns for such columns.
+
+    An existing table keeps its protocol for generation expressions and identity metadata it
+    already carries: a (1, 2) table written by an old writer (DBR 8.0) has expressions in its
+    schema that no writer is bound to, and adding the feature would start enforcing them.
+    """
+    configuration = metadata.configuration
+    wanted = {
+        feature
+        for key, feature in PROPERTY_FEATURES.items()
+        if configuration.get(key, "false").lower() not in ("false", "none")
+    }
+    schema = metadata.schema_string or ""
+    if "timestamp_ntz" in schema:
+        wanted.add("timestampNtz")
+    if any(key.startswith("delta.constraints.") for key in configuration):
+        wanted.add("checkConstraints")
+    if "rowTracking" in wanted:
+        wanted.add("domainMetadata")  # the row-id high-water mark lives in a domain
+    if new_table and "delta.generationExpression" in schema:
+        wanted.add("generatedColumns")
+    if new_table and '"delta.identity.' in schema:
+        wanted.add("identityColumns")
+    return wanted
 
 
 def check_names(names: list[str], column_mapping: bool, table: str) -> None:

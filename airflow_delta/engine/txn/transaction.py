@@ -54,15 +54,17 @@ from airflow_delta.engine.protocol.actions import (
 from airflow_delta.engine.protocol.columnar import array_from_pylist
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import (
-    PROPERTY_FEATURES,
     check_change_data,
     check_writer_support,
     required_protocol,
     writer_features,
 )
 from airflow_delta.engine.protocol.identity import identity_marks, with_identity_high_water_marks
-from airflow_delta.engine.protocol.schema import column_mapping_problems
-from airflow_delta.engine.txn.commit_checks import check_file_actions, check_names
+from airflow_delta.engine.txn.commit_checks import (
+    check_file_actions,
+    check_new_metadata,
+    features_wanted,
+)
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.conflicts import (
     DEFAULT_ISOLATION_LEVEL,
@@ -259,48 +261,13 @@ class OptimisticTransaction:
         self.update_metadata(metadata)
 
     def verify_new_metadata(self, metadata: Metadata) -> None:
-        """Check names, partition columns and the features the configuration needs.
+        """Check names, partition columns and the features the metadata needs.
 
         A feature the current protocol lacks is added through `new_protocol`.
         """
-        schema = json.loads(metadata.schema_string or "null")
-        if not isinstance(schema, dict) or schema.get("type") != "struct":
-            raise InvalidCommitError(f"Table {self.table}: metadata has no struct schemaString")
-        names = [f["name"] for f in schema.get("fields", [])]
-        mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
-        check_names(names, mapping, self.table)
-        if mapping:
-            max_id = int(metadata.configuration.get("delta.columnMapping.maxColumnId", 0))
-            problems = column_mapping_problems(schema, max_id)
-            if problems:
-                raise InvalidCommitError(
-                    f"Table {self.table} uses column mapping "
-                    f"(delta.columnMapping.mode={metadata.column_mapping_mode}), but its new "
-                    "schema is not mapped: " + "; ".join(problems)
-                )
-        top = {f["name"]: f["type"] for f in schema.get("fields", [])}
-        for column in metadata.partition_columns:
-            if column not in top:
-                raise InvalidCommitError(
-                    f"Table {self.table}: partition column '{column}' is not in the schema "
-                    f"(columns: {', '.join(names)})"
-                )
-            if isinstance(top[column], dict):
-                raise InvalidCommitError(
-                    f"Table {self.table}: partition column '{column}' must have a primitive type"
-                )
-        wanted = {
-            feature
-            for key, feature in PROPERTY_FEATURES.items()
-            if metadata.configuration.get(key, "false").lower() not in ("false", "none")
-        }
-        if "timestamp_ntz" in metadata.schema_string:  # type: ignore[operator]
-            wanted.add("timestampNtz")
-        if any(key.startswith("delta.constraints.") for key in metadata.configuration):
-            wanted.add("checkConstraints")
-        if "rowTracking" in wanted:
-            wanted.add("domainMetadata")  # the row-id high-water mark lives in a domain
+        check_new_metadata(metadata, self.table)
         current = self.snapshot.protocol if self.read_version >= 0 else None
+        wanted = features_wanted(metadata, new_table=current is None)
         if current is None or not wanted <= writer_features(current):
             protocol = required_protocol(current, wanted)
             if current is None or protocol != current:
