@@ -71,7 +71,6 @@ from airflow_delta.engine.commands.deletion_vector_files import (
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
-    ConstraintViolationError,
     CorruptLogError,
     IdentityColumnError,
     InvalidPredicateError,
@@ -79,7 +78,7 @@ from airflow_delta.engine.errors import (
 )
 from airflow_delta.engine.expressions.generated import (
     GeneratedColumn,
-    fill_generated,
+    generate_checked,
     parse_generated_columns,
 )
 from airflow_delta.engine.expressions.parser import parse_value
@@ -538,19 +537,9 @@ def _regenerated(
             given = rows.column(index)
             nulls = pa.nulls(1, given.type)[0]
             rows = rows.set_column(index, rows.field(index), pc.if_else(mask, nulls, given))
-    rows, violations = fill_generated(rows, generated)
-    for column in generated:
-        if (violations[column.name] & columnar.bool_values(mask)).any():
-            expression = f"{column.name} = {column.expression}"
-            raise ConstraintViolationError(
-                f"Table {plan.txn.table}: nothing written (it stays at version "
-                f"{plan.txn.read_version}): generated column {column.name} ({expression}) "
-                "violated by a row of the UPDATE.\nSet it to its expression's value, or leave "
-                "it out: the UPDATE computes it.",
-                f"Generated Column ({column.name})",
-                expression,
-            )
-    return rows
+    txn = plan.txn
+    context = f"Table {txn.table}: nothing written (it stays at version {txn.read_version}); UPDATE"
+    return generate_checked(rows, generated, context, columnar.bool_values(mask))
 
 
 def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:

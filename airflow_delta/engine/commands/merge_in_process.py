@@ -17,19 +17,19 @@ target and a source column (plus `t.<partition> = <literal>` or `IN (<literals>)
 conditions made of comparisons, IN, BETWEEN, IS [NOT] NULL and AND/OR/NOT over `t.x`, `s.x`
 and literals (the engine's predicates, with Spark's semantics), and assignments that are column
 references (`s.x`, `t.x`) or literals. Candidate files with deletion vectors are read without
-their deleted rows and rewritten whole when touched. Anything else, and tables whose data needs
-more than this reader (type changes, CHECK constraints or invariants), raises
+their deleted rows and rewritten whole when touched. Generated columns are computed by the
+engine's evaluator where a clause leaves them out (an update recomputes them) and checked where
+it gives them. Anything else, and tables whose data needs more than this reader (type changes,
+CHECK constraints, invariants, identity columns, an expression the evaluator lacks), raises
 `UnsupportedMergeError` before anything is written: the Spark MERGE
 (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
 """
 
 from __future__ import annotations
 
-import decimal
 import functools
 import json
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,9 +45,7 @@ from airflow_delta.engine.commands.data_files import (
 )
 from airflow_delta.engine.commands.data_reader import (
     FileReader,
-    conform,
     plain_table,
-    same_family,
 )
 from airflow_delta.engine.commands.deletion_vector_files import (
     DeletionVectorWriter,
@@ -64,8 +62,19 @@ from airflow_delta.engine.commands.merge import (
     MergeClause,
     arrow_table,
 )
+from airflow_delta.engine.commands.merge_values import (
+    cast_to_field,
+    castable,
+    repeat_scalar,
+    sql_literal,
+)
 from airflow_delta.engine.commands.row_ids import RowTracking
-from airflow_delta.engine.errors import UnsupportedMergeError
+from airflow_delta.engine.errors import InvalidPredicateError, UnsupportedMergeError
+from airflow_delta.engine.expressions.generated import (
+    GeneratedColumn,
+    generate_checked,
+    parse_generated_columns,
+)
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile
@@ -73,6 +82,7 @@ from airflow_delta.engine.protocol.features import (
     change_data_feed_enabled,
     check_writer_support,
 )
+from airflow_delta.engine.protocol.identity import generated_columns
 from airflow_delta.engine.protocol.schema import (
     arrow_type,
     delta_field_metadata,
@@ -86,8 +96,6 @@ log = logging.getLogger(__name__)
 MAX_IN_PROCESS_BYTES = 4 * 1024**3
 #: Inserted rows per writing task of an in-process MERGE (tasks run on a thread per core).
 ROWS_PER_WRITE_SLICE = 500_000
-
-_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,8 @@ class ArrowMergeBuilder(MergeBuilder):
     .when_matched_update_all().when_not_matched_insert_all().execute()`.
     """
 
+    _generated: list[GeneratedColumn] = []  # the table's generated columns (set by `_write`)
+
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         source = arrow_table(self.source_df)
         assert source is not None  # merge_arrow and merge_delta take Arrow data only
@@ -177,6 +187,7 @@ class ArrowMergeBuilder(MergeBuilder):
         self.source_df = source
         table = self._table_schema(txn)
         self._check_assignments(table.names, source.column_names)
+        self._generated = self._generated_columns(txn)
         conjuncts = self._partition_conjuncts(txn)
         keys = self._keys(conjuncts, table, source)
         clauses: dict[str, list[_Clause]] = {
@@ -425,8 +436,8 @@ class ArrowMergeBuilder(MergeBuilder):
             extra = delta_field_metadata(f)
             if "delta.invariants" in extra or "delta.typeChanges" in extra:
                 problems.append(f"column {f.name} (invariants or type changes)")
-            if "delta.generationExpression" in extra or "delta.identity.start" in extra:
-                problems.append(f"column {f.name} (generated or identity column)")
+            if "delta.identity.start" in extra:
+                problems.append(f"column {f.name} (identity column)")
             if pa.types.is_null(f.type) or _nested(f.type):
                 problems.append(f"column {f.name} ({f.type})")
         if problems:
@@ -435,6 +446,18 @@ class ArrowMergeBuilder(MergeBuilder):
                 + ", ".join(problems)
             )
         return pa.schema([pa.field(f.name, f.type) for f in schema])
+
+    def _generated_columns(self, txn: OptimisticTransaction) -> list[GeneratedColumn]:
+        """The table's generated columns, parsed; UnsupportedMergeError for an expression the
+        engine does not evaluate (Spark computes it)."""
+        fields = {f["name"]: f for f in json.loads(txn.metadata.schema_string or "{}")["fields"]}
+        try:
+            return parse_generated_columns(generated_columns(txn.metadata), fields)
+        except InvalidPredicateError as exc:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the engine does not evaluate a generated "
+                f"column's expression ({exc})"
+            ) from None
 
     @staticmethod
     def _not_null(txn: OptimisticTransaction) -> list[str]:
@@ -447,10 +470,15 @@ class ArrowMergeBuilder(MergeBuilder):
         if clause.action == "delete":
             return None
         plan: list[tuple[str, Any]] = []
+        generated = {c.name for c in self._generated}
+        in_source = {c.lower() for c in source.column_names}
         for field in table:
             sql = self._resolve(clause, field.name)
+            if field.name in generated and clause.assignments is None:
+                sql = sql if field.name.lower() in in_source else None  # a star takes what exists
             if sql is None:  # an update keeps the target's value, an insert leaves NULL
-                plan.append(("t", field.name) if clause.action == "update" else ("null", None))
+                keep = clause.action == "update" and field.name not in generated
+                plan.append(("t", field.name) if keep else ("null", None))  # NULL: computed
                 continue
             ref = self._reference(sql)
             if ref is not None:
@@ -469,7 +497,7 @@ class ArrowMergeBuilder(MergeBuilder):
                     given = source.schema.field(name).type
                     if pa.types.is_dictionary(given):
                         given = given.value_type
-                    if not _castable(given, field.type):
+                    if not castable(given, field.type):
                         raise UnsupportedMergeError(
                             f"MERGE into {self.target_uri}: the in-process MERGE does not store "
                             f"{given} values in column {field.name} ({field.type})"
@@ -481,7 +509,7 @@ class ArrowMergeBuilder(MergeBuilder):
                     name = known
                 plan.append((side, name))
             else:
-                plan.append(("value", _literal(sql, field.type, self.target_uri)))
+                plan.append(("value", sql_literal(sql, field.type, self.target_uri)))
 
         def assign(target: pa.Table | None, src: pa.Table | None) -> pa.Table:
             either = target if target is not None else src
@@ -494,11 +522,13 @@ class ArrowMergeBuilder(MergeBuilder):
                     assert side is not None  # the plan reads only the sides its clause has
                     column = side.column(value)
                 elif kind == "value" and value is not None:
-                    column = _repeat(value, rows)
+                    column = repeat_scalar(value, rows)
                 else:
                     column = pa.nulls(rows, field.type)
-                columns.append(_cast(column, field, self.target_uri))
-            return pa.Table.from_arrays(columns, schema=table)
+                columns.append(cast_to_field(column, field, self.target_uri))
+            rows = pa.Table.from_arrays(columns, schema=table)
+            context = f"MERGE into {self.target_uri}: nothing written"
+            return generate_checked(rows, self._generated, context) if generated else rows
 
         return assign
 
@@ -593,72 +623,6 @@ def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_integer(column.type) and column.type != pa.int64():
         return pc.cast(column, pa.int64())
     return column
-
-
-def _repeat(value: pa.Scalar, rows: int) -> pa.Array:
-    """`value` repeated `rows` times (vectorised)."""
-    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
-
-
-def _castable(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether a MERGE may store `source` values in a `target` column (same family)."""
-    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
-    if any(f(source) for f in numeric) and any(f(target) for f in numeric):
-        return True
-    if pa.types.is_timestamp(target):
-        return bool(pa.types.is_timestamp(source) or pa.types.is_date(source))
-    return bool(pa.types.is_null(source) or same_family(source, target))
-
-
-def _cast(
-    column: pa.ChunkedArray | pa.Array, field: pa.Field, where: str
-) -> pa.ChunkedArray | pa.Array:
-    """`column` cast to `field`'s type; a cast across type families or one that loses values
-    is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
-    if same_family(column.type, field.type):  # the type in another layout (or dictionary)
-        return conform(column, field.type)
-    if pa.types.is_dictionary(column.type):
-        column = pc.cast(column, column.type.value_type)
-    if not _castable(column.type, field.type):
-        raise ValueError(
-            f"MERGE into {where}: cannot store {column.type} values in column {field.name} "
-            f"({field.type})"
-        )
-    try:
-        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ValueError(
-            f"MERGE into {where}: cannot cast column {field.name} from {column.type} to "
-            f"{field.type}: {exc}"
-        ) from None
-
-
-def _literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
-    """A SQL literal (NULL, TRUE/FALSE, a number, a 'string') as a scalar of `type_`."""
-    text = sql.strip()
-    lowered = text.lower()
-    if lowered == "null":
-        return None
-    value: Any
-    if lowered in ("true", "false"):
-        value = lowered == "true"
-    elif _NUMBER.fullmatch(text):
-        value = decimal.Decimal(text) if "." in text else int(text)
-        if pa.types.is_floating(type_):
-            value = float(value)
-    elif len(text) > 1 and text[0] == text[-1] == "'" and "\\" not in text:
-        value = text[1:-1].replace("''", "'")
-    else:
-        raise UnsupportedMergeError(
-            f"MERGE into {table}: the in-process MERGE evaluates column references and "
-            f"literals only, not {sql!r}"
-        )
-    try:
-        return pc.cast(pa.scalar(value), type_)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise UnsupportedMergeError(
-            f"MERGE into {table}: the in-process MERGE cannot use {sql} as {type_}: {exc}"
-        ) from None
 
 
 def _deletion_vectors(

@@ -6,7 +6,8 @@ and a row that gives a value must give that one (compared with `<=>`: NULL match
 `parse_generated_columns` parses the expressions once per statement (one `current_timestamp()`);
 one that the engine does not evaluate raises InvalidPredicateError, so that the caller refuses
 the write in process and leaves it to Spark. `fill_generated` returns the rows to write and,
-per generated column, the rows whose given value breaks its expression.
+per generated column, the rows whose given value breaks its expression; `generate_checked`
+raises ConstraintViolationError for the first such row instead.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.errors import ConstraintViolationError
 from airflow_delta.engine.expressions.parser import PartitionColumns, parse_value
 from airflow_delta.engine.expressions.predicates import numpy_mask
 from airflow_delta.engine.expressions.tree import Expr, Result, compare
@@ -78,6 +80,30 @@ def fill_generated(
         violations[column.name] = ~numpy_mask(_null_safe_equal(filled, computed))
         rows = rows.set_column(index, field, filled)
     return rows, violations
+
+
+def generate_checked(
+    rows: pa.Table,
+    generated: Sequence[GeneratedColumn],
+    context: str,
+    mask: npt.NDArray[np.bool_] | None = None,
+) -> pa.Table:
+    """`fill_generated`'s rows; ConstraintViolationError naming `context` (the table, its
+    version and the statement) when a row (of `mask`, else any) gives a generated column
+    another value than its expression's."""
+    rows, violations = fill_generated(rows, generated)
+    for column in generated:
+        broken = violations[column.name] if mask is None else violations[column.name] & mask
+        if broken.any():
+            expression = f"{column.name} = {column.expression}"
+            raise ConstraintViolationError(
+                f"{context}: generated column {column.name} ({expression}) violated by a row "
+                "with another value.\nGive it its expression's value, or leave it out: it is "
+                "computed.",
+                f"Generated Column ({column.name})",
+                expression,
+            )
+    return rows
 
 
 def _as_column(value: Result, type_: pa.DataType, count: int) -> pa.Array | pa.ChunkedArray:

@@ -1,0 +1,84 @@
+"""How the in-process MERGE turns its assignments into columns of the table's types: source
+columns cast within their type family (`castable`, `cast_to_field`), and SQL literals
+(`sql_literal`) repeated over the rows (`repeat_scalar`)."""
+
+from __future__ import annotations
+
+import decimal
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_delta.engine.commands.data_reader import conform, same_family
+from airflow_delta.engine.errors import UnsupportedMergeError
+
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+
+
+def repeat_scalar(value: pa.Scalar, rows: int) -> pa.Array:
+    """`value` repeated `rows` times (vectorised)."""
+    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
+
+
+def castable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a MERGE may store `source` values in a `target` column (same family)."""
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+    if any(f(source) for f in numeric) and any(f(target) for f in numeric):
+        return True
+    if pa.types.is_timestamp(target):
+        return bool(pa.types.is_timestamp(source) or pa.types.is_date(source))
+    return bool(pa.types.is_null(source) or same_family(source, target))
+
+
+def cast_to_field(
+    column: pa.ChunkedArray | pa.Array, field: pa.Field, where: str
+) -> pa.ChunkedArray | pa.Array:
+    """`column` cast to `field`'s type; a cast across type families or one that loses values
+    is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
+    if same_family(column.type, field.type):  # the type in another layout (or dictionary)
+        return conform(column, field.type)
+    if pa.types.is_dictionary(column.type):
+        column = pc.cast(column, column.type.value_type)
+    if not castable(column.type, field.type):
+        raise ValueError(
+            f"MERGE into {where}: cannot store {column.type} values in column {field.name} "
+            f"({field.type})"
+        )
+    try:
+        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(
+            f"MERGE into {where}: cannot cast column {field.name} from {column.type} to "
+            f"{field.type}: {exc}"
+        ) from None
+
+
+def sql_literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
+    """A SQL literal (NULL, TRUE/FALSE, a number, a 'string') as a scalar of `type_`."""
+    text = sql.strip()
+    lowered = text.lower()
+    if lowered == "null":
+        return None
+    value: Any
+    if lowered in ("true", "false"):
+        value = lowered == "true"
+    elif _NUMBER.fullmatch(text):
+        value = decimal.Decimal(text) if "." in text else int(text)
+        if pa.types.is_floating(type_):
+            value = float(value)
+    elif len(text) > 1 and text[0] == text[-1] == "'" and "\\" not in text:
+        value = text[1:-1].replace("''", "'")
+    else:
+        raise UnsupportedMergeError(
+            f"MERGE into {table}: the in-process MERGE evaluates column references and "
+            f"literals only, not {sql!r}"
+        )
+    try:
+        return pc.cast(pa.scalar(value), type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise UnsupportedMergeError(
+            f"MERGE into {table}: the in-process MERGE cannot use {sql} as {type_}: {exc}"
+        ) from None
