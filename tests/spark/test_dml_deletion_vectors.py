@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -22,6 +23,7 @@ from airflow_delta.engine import delete as engine_delete
 from airflow_delta.engine import read_changes as engine_read_changes
 from airflow_delta.engine import update as engine_update
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorReader
+from airflow_delta.engine.errors import DeltaProtocolError
 from airflow_delta.spark import delete, update
 from airflow_delta.spark.read import scan_files
 from tests.engine.commands.dml_tables import ROWS as TABLE_ROWS
@@ -33,6 +35,7 @@ from tests.engine.commands.dml_tables import (
     deltalake_rows,
     engine_rows,
 )
+from tests.engine.commands.test_row_ids import TRACKED, tracked_rows
 
 DV_METRICS = ("numDeletionVectorsAdded", "numDeletionVectorsRemoved", "numDeletionVectorsUpdated")
 METRICS = {
@@ -166,6 +169,19 @@ def test_change_data_with_deletion_vectors(spark: SparkSession, tmp_path: Path) 
     assert found == changes(ours)
     assert {c[1] for c in found} == {"delete", "update_preimage", "update_postimage"}
     assert not [c for c in found if c[1] == "update_postimage" and c[4] != "u"]  # no copies
+
+
+def test_row_tracking(spark: SparkSession, tmp_path: Path) -> None:
+    """A DELETE with deletion vectors moves no row: the rows keep their ids (the files their
+    baseRowId). An UPDATE on Spark would give the updated rows new ids: refused at commit, as
+    before (the in-process UPDATE keeps them)."""
+    uri = create(tmp_path / "t", *DATA, dv=True, partitioned=False, configuration=TRACKED)
+    before = tracked_rows(uri)
+    result = delete(spark, uri, "id IN (1, 2, 15)")
+    assert result.metrics["numDeletionVectorsAdded"] == 2
+    assert tracked_rows(uri) == {k: v for k, v in before.items() if k not in (1, 2, 15)}
+    with pytest.raises(DeltaProtocolError, match="row tracking enabled"):
+        update(spark, uri, {"s": "'u'"}, "id = 3")
 
 
 @settings(
