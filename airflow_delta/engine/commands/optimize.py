@@ -57,10 +57,10 @@ from airflow_delta.engine.commands.command_transaction import (
 )
 from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
+from airflow_delta.engine.commands.file_removes import remove_files
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import UnsupportedCommandError
 from airflow_delta.engine.expressions.predicates import parse_predicates
-from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
 from airflow_delta.engine.txn.commit_checks import CLUSTERING_DOMAIN
@@ -136,7 +136,6 @@ def optimize(
     bins = _bins(plan)
     chosen = sorted(i for b in bins for i in b.files)
     chosen_files = plan.files.take(int_array(np.asarray(chosen, dtype=np.int64)))
-    removed = add_files_from_arrow(chosen_files)
     plan.txn.track_files_read(chosen_files)
     reader = FileReader(plan.txn, plan.schema)
     tracking = RowTracking.of(plan.txn.metadata)
@@ -153,22 +152,22 @@ def optimize(
         max_threads=max_concurrent_tasks,
     )
     added = [replace(a, data_change=False) for a in added]
-    metrics = _metrics(plan, bins, removed, added)
+    metrics = _metrics(plan, bins, chosen_files, added)
     operation = Operation(plan.operation.name, plan.operation.parameters, metrics)
     txn = plan.txn
-    if not removed and not txn.properties.app_transactions:
+    if not len(chosen_files) and not txn.properties.app_transactions:
         log.info(
             "OPTIMIZE of %s: nothing to compact (%s files considered)", txn.table, len(plan.files)
         )
         return txn.result(None, operation)
     now = int(time.time() * 1000)
-    actions: list[Action] = [*added, *(f.remove(now, data_change=False) for f in removed)]
+    actions: list[Action] = [*added, *remove_files(chosen_files, now, data_change=False)]
     result = txn.commit(actions, operation)
     log.info(
         "OPTIMIZE of %s committed version %s: %s files removed, %s added, %s partitions",
         txn.table,
         result.version,
-        len(removed),
+        len(chosen_files),
         len(added),
         metrics["partitionsOptimized"],
     )
@@ -429,12 +428,15 @@ def _size_metrics(sizes: Sequence[int]) -> dict[str, Any]:
 
 
 def _metrics(
-    plan: _Plan, bins: list[_Bin], removed: list[AddFile], added: list[AddFile]
+    plan: _Plan, bins: list[_Bin], removed: pa.StructArray, added: list[AddFile]
 ) -> dict[str, Any]:
-    """delta-spark's OptimizeMetrics, plus the flat names its commitInfo carries."""
+    """delta-spark's OptimizeMetrics, plus the flat names its commitInfo carries; `removed`
+    are the rewritten files (ADD_TYPE)."""
     added_sizes = sorted(a.size for a in added)
-    removed_sizes = [f.size for f in removed]
-    with_dv = [f for f in removed if f.deletion_vector is not None]
+    removed_sizes = [int(n or 0) for n in pc.struct_field(removed, "size").to_pylist()]
+    dvs = pc.struct_field(removed, "deletionVector")
+    with_dv = len(dvs) - dvs.null_count
+    dv_rows = pc.sum(pc.struct_field(dvs, "cardinality")).as_py() if with_dv else 0
     metrics: dict[str, Any] = {
         "numFilesAdded": len(added),
         "numFilesRemoved": len(removed),
@@ -449,12 +451,10 @@ def _metrics(
         "numRemovedFiles": len(removed),
         "numAddedBytes": sum(added_sizes),
         "numRemovedBytes": sum(removed_sizes),
-        "numDeletionVectorsRemoved": len(with_dv),
+        "numDeletionVectorsRemoved": with_dv,
         "deletionVectorStats": {
-            "numDeletionVectorsRemoved": len(with_dv),
-            "numDeletionVectorRowsRemoved": sum(
-                int(f.deletion_vector.cardinality or 0) for f in with_dv if f.deletion_vector
-            ),
+            "numDeletionVectorsRemoved": with_dv,
+            "numDeletionVectorRowsRemoved": int(dv_rows or 0),
         },
     }
     for name, q in (("minFileSize", 0), ("p25FileSize", 25), ("p50FileSize", 50)):

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.commands.command_transaction import command_transaction
+from airflow_delta.engine.commands.file_removes import remove_files
 from airflow_delta.engine.errors import (
     CorruptLogError,
     RestoreMissingFilesError,
@@ -217,7 +218,7 @@ def _actions(
         txn.new_protocol = merged
     now = int(time.time() * 1000)
     actions += [replace(f, data_change=True) for f in add_files_from_arrow(to_add)]
-    actions += [f.remove(now) for f in add_files_from_arrow(to_remove)]
+    actions += remove_files(to_remove, now)
     return actions
 
 

@@ -234,7 +234,7 @@ def segment_at(location: TableLocation, version: int, checkpoint_interval: int) 
     if checkpoint_interval > 0 and version >= checkpoint_interval:
         start = filenames.version_prefix(version - version % checkpoint_interval)
         end = filenames.version_prefix(version + 1)  # later files need no parsing
-        listing = [f for f in location.store.list_from(location.log_path, start) if f.name < end]
+        listing = location.store.list_range(location.log_path, start, end)
         use_compactions = location.use_log_compaction
         try:
             segment = build_log_segment(

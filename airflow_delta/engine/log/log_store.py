@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 import fsspec
+import fsspec.implementations.local  # every local table needs it: loaded with the engine
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
@@ -98,6 +99,7 @@ def write_row_groups(
 #: becomes one StorageAccessError naming the path and where credentials come from.
 _GUARDED = (
     "list_from",
+    "list_range",
     "read",
     "write",
     "write_parquet",
@@ -168,6 +170,12 @@ class LogStore(ABC):
     def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
         """Files directly in `dir_path` whose name >= `start_name`, sorted by name; [] if the
         directory is missing."""
+
+    def list_range(self, dir_path: str, start_name: str, end_name: str | None) -> list[FileStatus]:
+        """`list_from(dir_path, start_name)` without the files named `end_name` or later
+        (None: no end)."""
+        listing = self.list_from(dir_path, start_name)
+        return listing if end_name is None else [f for f in listing if f.name < end_name]
 
     @abstractmethod
     def read(self, path: str, max_size: int | None = None) -> bytes:
@@ -338,8 +346,18 @@ class LocalLogStore(LogStore):
 
     def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
         """Files directly in `dir_path` whose name >= `start_name`, sorted by name."""
+        return self.list_range(dir_path, start_name, None)
+
+    def list_range(self, dir_path: str, start_name: str, end_name: str | None) -> list[FileStatus]:
+        """Files directly in `dir_path` named from `start_name` to before `end_name`; only
+        those are stat'ed (a RESTORE to version 500 of a 1,000-commit log: 3 of 550)."""
         try:
-            entries = [e for e in os.scandir(dir_path) if e.name >= start_name]
+            with os.scandir(dir_path) as scan:
+                entries = [
+                    e
+                    for e in scan
+                    if e.name >= start_name and (end_name is None or e.name < end_name)
+                ]
         except FileNotFoundError:
             return []
         out = []

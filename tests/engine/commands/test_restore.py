@@ -189,17 +189,18 @@ def test_restore_lists_the_log_from_checkpoints_only(
     assert DeltaLog(uri).update().version == 24  # checkpoints at 10 and 20
     before = rows(uri)
     wanted = DeltaLog(uri).snapshot_at(12)
-    listed: list[str] = []
-    list_from = LocalLogStore.list_from
+    listed: list[tuple[str, str | None]] = []
+    list_range = LocalLogStore.list_range
 
-    def spied(self: LocalLogStore, dir_path: str, start_name: str = "") -> Any:
-        listed.append(start_name)
-        return list_from(self, dir_path, start_name)
+    def spied(self: LocalLogStore, dir_path: str, start: str, end: str | None) -> Any:
+        listed.append((start, end))
+        return list_range(self, dir_path, start, end)
 
-    monkeypatch.setattr(LocalLogStore, "list_from", spied)
+    monkeypatch.setattr(LocalLogStore, "list_range", spied)  # list_from lists through it
     result = restore(uri, 12)
     monkeypatch.undo()
-    assert listed and "" not in listed and f"{10:020d}" in listed
+    assert listed and all(start != "" for start, _ in listed)
+    assert (f"{10:020d}", f"{13:020d}") in listed  # only the names the target needs
     assert result.metrics["numRemovedFiles"] == 12 and result.metrics["numRestoredFiles"] == 0
     assert sorted(f.path for f in DeltaLog(uri).update().all_files()) == sorted(
         f.path for f in wanted.all_files()

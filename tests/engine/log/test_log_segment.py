@@ -27,6 +27,7 @@ from airflow_delta.engine.log.log_segment import (
     list_log,
     segment_at,
 )
+from airflow_delta.engine.log.log_store import LocalLogStore
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
 from tests.delta_log_builder import add, commit_info, make_table, write_commit
@@ -42,14 +43,16 @@ def table_at(path: Path, latest: int) -> DeltaLog:
 
 
 class Spy:
-    """Records the `list_from`, `read` and `exists` calls of a location's log store, passing
-    them on (`read` records reads and existence probes alike)."""
+    """Records the listings (`list_from` and `list_range`: on local disk the one lists through
+    the other), `read` and `exists` calls of a location's log store, passing them on (`read`
+    records reads and existence probes alike)."""
 
     def __init__(self, location: TableLocation, monkeypatch: pytest.MonkeyPatch) -> None:
         self.listed: list[str] = []  # start names
         self.read: list[str] = []  # file names
         store = location.store
-        monkeypatch.setattr(store, "list_from", self._wrap(store.list_from, self.listed, 1))
+        lister = "list_range" if isinstance(store, LocalLogStore) else "list_from"
+        monkeypatch.setattr(store, lister, self._wrap(getattr(store, lister), self.listed, 1))
         monkeypatch.setattr(store, "read", self._wrap(store.read, self.read, 0))
         monkeypatch.setattr(store, "exists", self._wrap(store.exists, self.read, 0))
 

@@ -333,6 +333,19 @@ def test_file_paths_resolve_as_file_path_does(uri: str, tmp_path: Path) -> None:
             store.file_paths(root, ["part-0.parquet", foreign], table=table, version=3)
 
 
+def test_list_range_is_list_from_cut_at_the_end_name(tmp_path: Path) -> None:
+    memory, memory_root = get_log_store(f"memory://tables/{uuid.uuid4().hex}")
+    for store, directory in ((LocalLogStore(), str(tmp_path)), (memory, memory_root)):
+        for name in (COMMIT_0, COMMIT_1, "00000000000000000002.json", "_last_checkpoint"):
+            store.write(store.join(directory, name), b"{}")
+        for start, end in (("", None), (COMMIT_1, None), ("", COMMIT_1), (COMMIT_0, "1")):
+            everything = store.list_from(directory, start)
+            expected = [f for f in everything if end is None or f.name < end]
+            got = store.list_range(directory, start, end)
+            assert [(f.name, f.size) for f in got] == [(f.name, f.size) for f in expected]
+        assert store.list_range(store.join(directory, "missing"), "", None) == []
+
+
 @pytest.mark.parametrize("size", [100, 3 * MIB])
 def test_open_input_reads_a_small_file_whole(tmp_path: Path, size: int) -> None:
     local = LocalLogStore()
