@@ -87,6 +87,8 @@ _KEY = _INTERNAL + "file_key"
 _FILE_ID = _INTERNAL + "file_id"
 _ROW_INDEX = _INTERNAL + "row_index"
 _LOG_PATH = _INTERNAL + "log_path"
+_BASE_ROW_ID = _INTERNAL + "base_row_id"
+_DEFAULT_VERSION = _INTERNAL + "default_row_commit_version"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 # Characters java.net.URI leaves unquoted in a path (unreserved, punctuation, ";/").
@@ -151,16 +153,20 @@ def scan_files(
     *,
     file_column: str | None = None,
     row_index_column: str | None = None,
+    row_tracking: Sequence[str] | None = None,
 ) -> DataFrame:
     """The rows of `files` (a subset of `snapshot.files()`) with the table's logical schema.
 
     `file_column` adds a string column holding each row's file path as the log writes it;
-    `row_index_column` adds the row's position (long) in its parquet file. Raises
+    `row_index_column` adds the row's position (long) in its parquet file. `row_tracking`
+    (the materialized row-id and row-commit-version columns of a table with row tracking
+    enabled) adds each row's id and commit version under those names: the file's stored
+    value, else its `baseRowId` + row index and its `defaultRowCommitVersion`. Raises
     DeltaProtocolError (or UnsupportedStorageError) before reading when the table or a file
     cannot be read correctly.
     """
     table = TableLayout.of(spark, snapshot)
-    for name in (file_column, row_index_column):
+    for name in (file_column, row_index_column, *(row_tracking or ())):
         if name is not None and (name.lower() in table.lower_names or name.startswith(_INTERNAL)):
             raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
     paths = pc.struct_field(files, "path").to_pylist()
@@ -168,7 +174,11 @@ def scan_files(
     _check_locations(spark, snapshot, paths, locations)
     extra = [
         T.StructField(name, kind)
-        for name, kind in ((file_column, T.StringType()), (row_index_column, T.LongType()))
+        for name, kind in (
+            (file_column, T.StringType()),
+            (row_index_column, T.LongType()),
+            *((n, T.LongType()) for n in row_tracking or ()),
+        )
         if name is not None
     ]
     if not len(files):  # an empty relation with the schema, built without Python workers
@@ -177,11 +187,13 @@ def scan_files(
             *(F.lit(None).cast(f.dataType).alias(f.name) for f in table.output_fields() + extra)
         )
     deleted = _deleted_rows(snapshot, table, files)
-    needs_row_index = deleted is not None or row_index_column is not None
+    needs_row_index = deleted is not None or row_index_column is not None or bool(row_tracking)
     per_file = bool(table.partition_fields) or file_column is not None or needs_row_index
-
+    schema = table.read_schema
+    for name in row_tracking or ():
+        schema = schema.add(T.StructField(name, T.LongType(), True))
     try:
-        data = _read_parquet(spark, table.read_schema, [spark_path(loc) for loc in locations])
+        data = _read_parquet(spark, schema, [spark_path(loc) for loc in locations])
     except AnalysisException as exc:
         if exc.getCondition() != "PATH_NOT_FOUND":
             raise
@@ -191,7 +203,7 @@ def scan_files(
         if path is None:
             raise
         raise snapshot.missing_data_file(path) from None
-    columns = [data[quote_identifier(f.name)] for f in table.read_schema.fields]
+    columns = [data[quote_identifier(f.name)] for f in schema.fields]
     if per_file:
         metadata = data.metadataColumn("_metadata")
         columns.append(metadata.getField("file_path").alias(_KEY))
@@ -199,7 +211,8 @@ def scan_files(
             columns.append(metadata.getField("row_index").alias(_ROW_INDEX))
     rows = data.select(*columns)
     if per_file:
-        rows = rows.join(F.broadcast(_files_frame(spark, table, files, locations)), _KEY, "left")
+        per_file_facts = _files_frame(spark, table, files, locations, bool(row_tracking))
+        rows = rows.join(F.broadcast(per_file_facts), _KEY, "left")
         unmatched = F.concat(F.lit("rows of an unexpected data file: "), F.col(_KEY))
         rows = rows.where(
             F.when(F.col(_FILE_ID).isNull(), F.raise_error(unmatched)).otherwise(F.lit(True))
@@ -217,7 +230,20 @@ def scan_files(
         output.append(F.col(_LOG_PATH).alias(file_column))
     if row_index_column is not None:
         output.append(F.col(_ROW_INDEX).alias(row_index_column))
+    if row_tracking:
+        output.extend(_row_tracking_columns(*row_tracking))
     return rows.select(*output)
+
+
+def _row_tracking_columns(row_id: str, commit_version: str) -> list[Column]:
+    """Each row's id and commit version: as its file stores them, else from the log."""
+    fresh_id = F.col(_BASE_ROW_ID) + F.col(_ROW_INDEX)
+    return [
+        F.coalesce(F.col(quote_identifier(row_id)), fresh_id).alias(row_id),
+        F.coalesce(F.col(quote_identifier(commit_version)), F.col(_DEFAULT_VERSION)).alias(
+            commit_version
+        ),
+    ]
 
 
 def _read_parquet(spark: SparkSession, schema: T.StructType, paths: list[str]) -> DataFrame:
@@ -570,8 +596,10 @@ def _files_frame(
     table: TableLayout,
     files: pa.StructArray,
     locations: Sequence[FileLocation],
+    row_tracking: bool = False,
 ) -> DataFrame:
-    """One row per file: Spark's URI of it, a file id, typed partition values, its log path."""
+    """One row per file: Spark's URI of it, a file id, typed partition values, its log path
+    (and with `row_tracking` its baseRowId and defaultRowCommitVersion)."""
     columns: dict[str, pa.Array] = {
         _KEY: pa.array([spark_uri(loc) for loc in locations], pa.string()),
         _FILE_ID: pa.array(np.arange(len(files), dtype=np.int32)),
@@ -582,6 +610,19 @@ def _files_frame(
         T.StructField(_FILE_ID, T.IntegerType()),
         T.StructField(_LOG_PATH, T.StringType()),
     ]
+    if row_tracking:
+        for name, field in (
+            (_BASE_ROW_ID, "baseRowId"),
+            (_DEFAULT_VERSION, "defaultRowCommitVersion"),
+        ):
+            values = pc.struct_field(files, field)
+            if name == _BASE_ROW_ID and values.null_count:
+                raise CorruptLogError(
+                    f"Table {table.table}: a data file has no baseRowId although the table has "
+                    "row tracking enabled; the log is invalid."
+                )
+            columns[name] = values
+            fields.append(T.StructField(name, T.LongType()))
     values = pc.struct_field(files, "partitionValues")
     by_name = {js["name"]: (js, sf) for js, sf in table.fields}
     for i, (name, key) in enumerate(table.partition_fields.items()):

@@ -44,6 +44,7 @@ from airflow_delta.engine.commands.data_files import (
     add_files,
     cdc_files,
 )
+from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     MetadataChangedException,
@@ -228,9 +229,12 @@ def _physical_names(schema_json: Mapping[str, Any], table: str) -> dict[str, str
     }
 
 
-def _to_physical(data: DataFrame, schema_json: Mapping[str, Any], table: str) -> DataFrame:
-    """`data` (the table's columns, logical names) with the physical names of column mapping,
-    nested struct fields included (Spark casts structs by position)."""
+def _to_physical(
+    data: DataFrame, schema_json: Mapping[str, Any], table: str, keep: Sequence[str]
+) -> DataFrame:
+    """`data` (the table's columns, logical names, then the columns named in `keep`) with the
+    physical names of column mapping, nested struct fields included (Spark casts structs by
+    position)."""
     target = T.StructType.fromJson(dict(schema_json))
 
     def rename(f: T.StructField) -> str:
@@ -240,7 +244,7 @@ def _to_physical(data: DataFrame, schema_json: Mapping[str, Any], table: str) ->
         F.col(quote_identifier(f.name)).cast(plain_type(f.dataType, rename)).alias(rename(f))
         for f in target.fields
     ]
-    extra = [F.col(c) for c in data.columns if c in (VIOLATION_COLUMN, CHANGE_TYPE_COLUMN)]
+    extra = [F.col(quote_identifier(c)) for c in data.columns if c in (VIOLATION_COLUMN, *keep)]
     return data.select(*columns, *extra)
 
 
@@ -260,6 +264,10 @@ def write_files(
     checked on every row besides the table's own (raises ConstraintViolationError). Storage
     options default to the transaction's table's. `native` lets a plain write go through
     Spark's parquet writer (`spark/native_write.py`; write_delta sets it).
+
+    On a table with row tracking enabled, `df` may carry its two materialized columns (as
+    `scan_files(..., row_tracking=...)` gives them, NULL for a fresh row or a new commit
+    version): a rewrite then keeps its rows' ids, and the transaction records so.
     """
     adds, _ = _write_files(
         txn, df, partition_by, target_file_size, storage_options, constraints,
@@ -312,7 +320,11 @@ def _write_files(
             f"Table {txn.table} is partitioned by {list(columns)}, not by {list(partition_by)}"
         )
     schema_json = json.loads(metadata.schema_string or "{}")
-    given = normalize_data(df, schema_json, txn.table, [CHANGE_TYPE_COLUMN] if change_data else [])
+    tracking = RowTracking.of(metadata)
+    # rows moved by a rewrite carry their row ids: written to the materialized columns
+    tracked = tracking.names if tracking and set(tracking.names) <= set(df.columns) else []
+    keep = [CHANGE_TYPE_COLUMN] if change_data else []
+    given = normalize_data(df, schema_json, txn.table, keep + tracked)
     data, generated = fill_generated_columns(given, metadata, txn.table)
     checks = (*table_constraints(metadata), *generated, *constraints)
     if checks:  # the rows written to data files only
@@ -329,7 +341,7 @@ def _write_files(
     column_mapping = metadata.column_mapping_mode != "none"
     physical_names = _physical_names(schema_json, txn.table) if column_mapping else {}
     if column_mapping:
-        data = _to_physical(data, schema_json, txn.table)
+        data = _to_physical(data, schema_json, txn.table, keep + tracked)
     change_plan = (
         WritePlan.for_table(txn.location, metadata, storage_options, target_file_size, True)
         if change_data
@@ -348,6 +360,7 @@ def _write_files(
     txn.identity_high_water_marks.update(
         identity_high_water_marks(metadata, adds, handed_out, txn.table)
     )
+    txn.row_ids_preserved = txn.row_ids_preserved or bool(tracked)
     return adds, cdcs
 
 
