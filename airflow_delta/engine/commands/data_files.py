@@ -587,6 +587,24 @@ def cdc_files(rows: Sequence[Mapping[str, Any]]) -> list[AddCDCFile]:
     ]
 
 
+def _one_partition(rows: pa.Table, columns: Sequence[str]) -> bool:
+    """Whether all `rows` have the same values of the partition `columns` (floats, whose NaN
+    min_max skips, are not compared)."""
+    for name in columns:
+        column = rows.column(name)
+        if column.null_count == len(column):
+            continue
+        if column.null_count or pa.types.is_floating(column.type):
+            return False
+        try:
+            bounds = pc.min_max(column)
+        except pa.ArrowNotImplementedError:
+            return False
+        if bounds["min"] != bounds["max"]:
+            return False
+    return True
+
+
 def write_tasks(
     txn: OptimisticTransaction,
     tasks: Sequence[Callable[[], pa.Table]],
@@ -637,7 +655,9 @@ def write_change_tasks(
                 column = output.column(c)
                 index = output.schema.get_field_index(c)
                 output = output.set_column(index, c, pc.if_else(pc.equal(column, ""), None, column))
-        if columns:
+        if columns and output.nbytes < ROW_GROUP_BYTES and _one_partition(output, columns):
+            output = output.combine_chunks()  # one run, one batch (OPTIMIZE: not one per file)
+        elif columns:
             keys = [(c, "ascending", "at_end") for c in columns]
             output = output.take(pc.sort_indices(output, sort_keys=keys))
         return physical_columns(output, metadata)

@@ -29,7 +29,6 @@ import functools
 import inspect
 import logging
 import os
-import re
 import stat
 import threading
 import uuid
@@ -247,13 +246,9 @@ class LogStore(ABC):
         self, path: str, size: int | None = None
     ) -> contextlib.AbstractContextManager[Any]:
         """`path` ready for `pyarrow.parquet.ParquetFile`: the OS path itself on local disk
-        (to memory-map), else an open binary file.
-
-        A reader about to read a file's data passes the `size` the log records: a small file
-        (at most WHOLE_READ_SIZE bytes; on local disk by its actual size) is then read whole
-        into a buffer in one call. On local disk that costs a third of memory-mapping it
-        (mmap, page faults, munmap: OPTIMIZE of 2,000 files of 11 KB); on an object store it
-        is one request instead of one per footer and column chunk."""
+        (to memory-map), else an open binary file. Given the `size` the log records, a small
+        file (<= WHOLE_READ_SIZE; on local disk by its actual size) is read whole into a buffer
+        in one call: a third of the cost of memory-mapping it, one request to an object store."""
         if size is not None and self.is_local:
             with open(path, "rb", buffering=0) as f:
                 if os.fstat(f.fileno()).st_size <= WHOLE_READ_SIZE:
@@ -300,29 +295,6 @@ class LogStore(ABC):
             )
         return location.fs_path
 
-    def file_paths(
-        self, root: FileLocation, paths: Sequence[str], *, table: str, version: int
-    ) -> list[str]:
-        """`file_path` of each of the data files `paths` (as the log names them). A plain
-        relative path (no scheme, no leading `/`, nothing percent-encoded, no dot segment) is
-        joined to the root without a full resolution: the same result, a microsecond a file
-        rather than twenty (OPTIMIZE reads thousands)."""
-        base = root.child("x")
-        if base.path != root.path.rstrip("/") + "/x" or not self.can_open(base):
-            return [self.file_path(root, p, table=table, version=version) for p in paths]
-        prefix = base.fs_path[:-1]
-        plain = _PLAIN_RELATIVE.fullmatch
-        return [
-            prefix + p
-            if plain(p) and "/." not in p and not p.startswith(".")
-            else self.file_path(root, p, table=table, version=version)
-            for p in paths
-        ]
-
-
-#: A relative data file path that resolves to itself under the root (see `file_paths`).
-_PLAIN_RELATIVE = re.compile(r"[^/%:][^%:]*")
-
 
 def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
     protocol = fs.protocol
@@ -352,12 +324,9 @@ class LocalLogStore(LogStore):
         """Files directly in `dir_path` named from `start_name` to before `end_name`; only
         those are stat'ed (a RESTORE to version 500 of a 1,000-commit log: 3 of 550)."""
         try:
+            stop = chr(0x10FFFF) if end_name is None else end_name  # above every name
             with os.scandir(dir_path) as scan:
-                entries = [
-                    e
-                    for e in scan
-                    if e.name >= start_name and (end_name is None or e.name < end_name)
-                ]
+                entries = [e for e in scan if start_name <= e.name < stop]
         except FileNotFoundError:
             return []
         out = []

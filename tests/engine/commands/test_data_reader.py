@@ -1,6 +1,7 @@
 """FileReader.read (commands/data_reader.py): files read together, each run of files alike
 (partition values, file schema) made the table's columns at once, give the rows and the
-per-file lengths that reading them one by one gives."""
+per-file lengths that reading them one by one gives; store_paths resolves paths as
+LogStore.file_path does."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 
 from airflow_delta.engine import AddFile, DeltaLog, Operation, delete
 from airflow_delta.engine.commands import data_reader
-from airflow_delta.engine.commands.data_reader import FileReader
+from airflow_delta.engine.commands.data_reader import FileReader, store_paths
+from airflow_delta.engine.errors import UnsupportedStorageError
+from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.protocol import columnar
+from airflow_delta.engine.protocol.paths import table_root
 from tests.engine.commands.dml_tables import SCHEMA, batch, create
 
 
@@ -54,3 +58,24 @@ def test_read_equals_reading_file_by_file(
         np.sort(got.column("id").to_numpy()), np.array(sorted({*range(60), 100, 101} - {3, 12, 44}))
     )
     assert reader.read(files.slice(0, 0), ["id"]).num_rows == 0
+
+
+@pytest.mark.parametrize(
+    "uri", ["local", "memory://tables/paths", "s3a://bucket/t", "/t/a/../t2"], ids=str
+)
+def test_store_paths_resolve_as_file_path_does(uri: str, tmp_path: Path) -> None:
+    table = str(tmp_path / "t") if uri == "local" else uri
+    if uri.startswith("/"):
+        table = f"{tmp_path}{uri}"
+    store, root_path = get_log_store(table, {"anon": "true"} if uri.startswith("s3") else None)
+    root = table_root(table, root_path)
+    paths = [
+        "part-0.parquet", "a=1/b=x%20y/part-1.parquet", "./a/part.parquet", "a/../b.parquet",
+        "a/./b.parquet", ".hidden/x.parquet", "a//b.parquet", "/abs/x.parquet",
+        "a=1:2/x.parquet", "p=+ä/x.parquet", f"{root.uri}/q.parquet", "a/.. /x.parquet",
+    ]  # fmt: skip
+    expected = [store.file_path(root, p, table=table, version=3) for p in paths]
+    assert store_paths(store, root, paths, table=table, version=3) == expected
+    for foreign in ("gs://other/x.parquet", "x:y.parquet"):  # a scheme the store cannot open
+        with pytest.raises(UnsupportedStorageError, match="cannot open"):
+            store_paths(store, root, ["part-0.parquet", foreign], table=table, version=3)

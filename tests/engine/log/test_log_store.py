@@ -31,7 +31,6 @@ from airflow_delta.engine.log.log_store import (
     SingleWriterLogStore,
     get_log_store,
 )
-from airflow_delta.engine.protocol.paths import table_root
 
 COMMIT_0 = "00000000000000000000.json"
 COMMIT_1 = "00000000000000000001.json"
@@ -310,27 +309,6 @@ fsspec.register_implementation("plainfs", PlainFileSystem, clobber=True)
 
 
 # --- data files ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "uri", ["local", "memory://tables/paths", "s3a://bucket/t", "/t/a/../t2"], ids=str
-)
-def test_file_paths_resolve_as_file_path_does(uri: str, tmp_path: Path) -> None:
-    table = str(tmp_path / "t") if uri == "local" else uri
-    if uri.startswith("/"):
-        table = f"{tmp_path}{uri}"
-    store, root_path = get_log_store(table, {"anon": "true"} if uri.startswith("s3") else None)
-    root = table_root(table, root_path)
-    paths = [
-        "part-0.parquet", "a=1/b=x%20y/part-1.parquet", "./a/part.parquet", "a/../b.parquet",
-        "a/./b.parquet", ".hidden/x.parquet", "a//b.parquet", "/abs/x.parquet",
-        "a=1:2/x.parquet", "p=+ä/x.parquet", f"{root.uri}/q.parquet", "a/.. /x.parquet",
-    ]  # fmt: skip
-    expected = [store.file_path(root, p, table=table, version=3) for p in paths]
-    assert store.file_paths(root, paths, table=table, version=3) == expected
-    for foreign in ("gs://other/x.parquet", "x:y.parquet"):  # a scheme the store cannot open
-        with pytest.raises(UnsupportedStorageError, match="cannot open"):
-            store.file_paths(root, ["part-0.parquet", foreign], table=table, version=3)
 
 
 def test_list_range_is_list_from_cut_at_the_end_name(tmp_path: Path) -> None:
