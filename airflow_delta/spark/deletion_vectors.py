@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,9 @@ from airflow_delta.engine.protocol.deletion_vectors import (
     relative_dv_path,
     z85_decode,
 )
-from airflow_delta.engine.txn.transaction import OptimisticTransaction
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 __all__ = [
     "FILE_FORMAT_VERSION",

@@ -13,6 +13,7 @@ files removed whole, numTargetDeletionVectorsAdded / Removed / Updated the DVs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,13 +21,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_delta.engine.protocol.actions import Action
-from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.deletion_vectors import (
     DeletionVectorChanges,
     RowIndexes,
     live_row_counts,
 )
 from airflow_delta.spark.read import scan_files
+
+if TYPE_CHECKING:
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
 __all__ = ["file_changes", "with_deletion_vectors"]
 
