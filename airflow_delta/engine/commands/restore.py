@@ -112,10 +112,7 @@ def restore(
         )
     target = _snapshot_at(txn, version)
     current = txn.filter_files_arrow()  # reads (and records) the whole table
-    target_files = target.files()
-    target_keys, current_keys = file_keys(target_files), file_keys(current)
-    to_add = target_files.filter(pc.invert(pc.is_in(target_keys, value_set=current_keys)))
-    to_remove = current.filter(pc.invert(pc.is_in(current_keys, value_set=target_keys)))
+    to_add, to_remove = _differences(target, current)
     missing = _missing(txn, target, to_add)
     if missing and not ignore_missing_files:
         raise RestoreMissingFilesError(
@@ -171,6 +168,22 @@ def _snapshot_at(txn: OptimisticTransaction, version: int) -> Snapshot:
         except (CorruptLogError, FileNotFoundError):
             return load_snapshot(location, version)
     return Snapshot.load(location, segment, batch)
+
+
+def _differences(
+    target: Snapshot, current: pa.StructArray
+) -> tuple[pa.StructArray, pa.StructArray]:
+    """The files of `target` not among the `current` ones (ADD_TYPE, stats included), and the
+    `current` files not in `target`, matched by `file_keys`; the target's stats are read only
+    when some of its files are to be added again."""
+    target_files = target.files(stats=False)
+    target_keys, current_keys = file_keys(target_files), file_keys(current)
+    to_remove = current.filter(pc.invert(pc.is_in(current_keys, value_set=target_keys)))
+    restored = pc.invert(pc.is_in(target_keys, value_set=current_keys))
+    if pc.any(restored).as_py():
+        target_files = target.files()
+        restored = pc.invert(pc.is_in(file_keys(target_files), value_set=current_keys))
+    return target_files.filter(restored), to_remove
 
 
 def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray) -> list[str]:

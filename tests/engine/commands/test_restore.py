@@ -79,6 +79,17 @@ def test_metrics_count_the_files_moved(tmp_path: Path) -> None:
     assert all(a["remove"]["dataChange"] for a in _actions(uri, result.version) if "remove" in a)
 
 
+def test_files_restored_from_a_checkpoint_keep_their_stats(tmp_path: Path) -> None:
+    uri = create(tmp_path / "t", *(batch([n]) for n in range(10)))  # checkpoint at 10
+    assert (tmp_path / "t" / "_delta_log" / f"{10:020d}.checkpoint.parquet").exists()
+    wanted = {f.path: f.stats for f in DeltaLog(uri).snapshot_at(10).all_files()}
+    delete(uri, "id < 4")
+    result = restore(uri, 10)
+    restored = [a["add"] for a in _actions(uri, result.version) if "add" in a]
+    assert len(restored) == result.metrics["numRestoredFiles"] > 0
+    assert all(a["stats"] and a["stats"] == wanted[a["path"]] for a in restored)
+
+
 def _actions(uri: str, version: int) -> list[dict]:
     text = (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
