@@ -35,10 +35,11 @@ Both run in one transaction of the engine:
    an empty commit.
 
 Existing deletion vectors are applied when reading; the files written here carry none. On a
-table with row tracking enabled a DELETE with deletion vectors moves no row (the files keep
-their row ids); an UPDATE, or a rewrite, is refused at commit, as it would not keep the
-updated rows' ids (the in-process UPDATE does). Only DataFrame APIs are used, so a Spark
-Connect session works too.
+table with row tracking enabled the rows read carry their row ids and commit versions
+(`scan_files(row_tracking=...)`), which `write_files` stores in the new files: copied rows
+keep both, updated rows keep their id and take the commit's version, as in process; a file
+given a deletion vector keeps its baseRowId. Only DataFrame APIs are used, so a Spark Connect
+session works too.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from airflow_delta.engine.commands.command_transaction import (
 )
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
 from airflow_delta.engine.commands.deletion_vector_files import deletion_vectors_enabled
+from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     IdentityColumnError,
@@ -123,8 +125,12 @@ class _Scan:
         return self.files.filter(pc.is_in(self.files.field("path"), pa.array(paths, pa.string())))
 
     def rows(self, files: pa.StructArray) -> DataFrame:
-        """The live rows of `files`, with `_MATCHED`: whether the predicate holds."""
-        data = scan_files(self.spark, self.txn.snapshot, files)
+        """The live rows of `files`, with `_MATCHED`: whether the predicate holds; on a table
+        with row tracking enabled, with each row's id and commit version (`write_files` keeps
+        them)."""
+        tracking = RowTracking.of(self.txn.metadata)
+        names = tracking.names if tracking is not None else None
+        data = scan_files(self.spark, self.txn.snapshot, files, row_tracking=names)
         return data.withColumn(_MATCHED, self.matched)
 
 
@@ -435,10 +441,14 @@ def _updated_rows(
     rows: DataFrame, txn: OptimisticTransaction, assigned: Mapping[str, str], changes: bool
 ) -> DataFrame:
     """The rows of the touched files, the assignments applied to the matching ones; generated
-    columns of the updated rows NULL (`write_files` computes them). With `changes`, with
+    columns of the updated rows NULL (`write_files` computes them), and so is their row
+    commit version on a table with row tracking (they keep their row ids). With `changes`, with
     CHANGE_TYPE_COLUMN: NULL for a copied row, `update_postimage` for an updated one, and an
     `update_preimage` row (the row as it was) besides each."""
     generated = set(generated_columns(txn.metadata)) - set(assigned)
+    tracking = RowTracking.of(txn.metadata)
+    if tracking is not None:  # the new commit's version (a NULL takes the file's default)
+        generated.add(tracking.commit_version)
     updating = F.col(_MATCHED)
     extra: list[Column] = []
     if changes:

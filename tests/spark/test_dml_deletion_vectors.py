@@ -23,7 +23,6 @@ from airflow_delta.engine import delete as engine_delete
 from airflow_delta.engine import read_changes as engine_read_changes
 from airflow_delta.engine import update as engine_update
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorReader
-from airflow_delta.engine.errors import DeltaProtocolError
 from airflow_delta.spark import delete, update
 from airflow_delta.spark.read import scan_files
 from tests.engine.commands.dml_tables import ROWS as TABLE_ROWS
@@ -171,17 +170,26 @@ def test_change_data_with_deletion_vectors(spark: SparkSession, tmp_path: Path) 
     assert not [c for c in found if c[1] == "update_postimage" and c[4] != "u"]  # no copies
 
 
-def test_row_tracking(spark: SparkSession, tmp_path: Path) -> None:
-    """A DELETE with deletion vectors moves no row: the rows keep their ids (the files their
-    baseRowId). An UPDATE on Spark would give the updated rows new ids: refused at commit, as
-    before (the in-process UPDATE keeps them)."""
-    uri = create(tmp_path / "t", *DATA, dv=True, partitioned=False, configuration=TRACKED)
+@pytest.mark.parametrize("dv", [True, False], ids=["deletion_vectors", "rewrites"])
+def test_row_tracking(spark: SparkSession, tmp_path: Path, dv: bool) -> None:
+    """On a table with row tracking enabled the rows keep their ids, as in process: a DELETE
+    with deletion vectors moves no row (the files keep their baseRowId), a rewrite copies the
+    ids, and updated rows keep theirs and take the UPDATE's commit version."""
+    uri = create(tmp_path / "t", *DATA, dv=dv, partitioned=False, configuration=TRACKED)
     before = tracked_rows(uri)
     result = delete(spark, uri, "id IN (1, 2, 15)")
-    assert result.metrics["numDeletionVectorsAdded"] == 2
+    assert result.metrics["numDeletionVectorsAdded"] == (2 if dv else 0)
     assert tracked_rows(uri) == {k: v for k, v in before.items() if k not in (1, 2, 15)}
-    with pytest.raises(DeltaProtocolError, match="row tracking enabled"):
-        update(spark, uri, {"s": "'u'"}, "id = 3")
+    version = update(spark, uri, {"s": "'u'"}, "id IN (3, 16)").version
+    after = tracked_rows(uri)
+    assert set(after) == set(before) - {1, 2, 15}
+    for key, (s, row_id, commit_version) in after.items():
+        assert row_id == before[key][1], key
+        if key in (3, 16):
+            assert (s, commit_version) == ("u", version)
+        else:
+            assert (s, commit_version) == before[key][::2]
+    assert deltalake_rows(uri) == engine_rows(uri)
 
 
 @settings(
