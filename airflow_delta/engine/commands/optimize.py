@@ -280,26 +280,26 @@ def _bins(plan: _Plan) -> list[_Bin]:
     """The bins to rewrite, per partition (delta-spark's groupFilesIntoBins)."""
     files = plan.files
     # numpy views, not to_numpy(): that would import pandas (0.3 s) through pyarrow's shim
-    sizes = int_values(pc.struct_field(files, "size"))
+    size_values = int_values(pc.struct_field(files, "size"))
     has_dv = bool_values(pc.is_valid(pc.struct_field(files, "deletionVector")))
+    chosen = has_dv | (size_values < plan.min_file_size) | bool(plan.zorder_by)
     values = pc.struct_field(files, "partitionValues").to_pylist()
+    sizes: list[int] = size_values.tolist()  # Python ints: the loops below are per file
     by_partition: dict[tuple[tuple[str, str | None], ...], list[int]] = {}
-    for i in range(len(files)):
-        if plan.zorder_by or sizes[i] < plan.min_file_size or has_dv[i]:
-            key = tuple(sorted(values[i] or []))
-            by_partition.setdefault(key, []).append(i)
+    for i in np.flatnonzero(chosen).tolist():
+        by_partition.setdefault(tuple(sorted(values[i] or [])), []).append(i)
     bins: list[_Bin] = []
     for partition, members in by_partition.items():
         if plan.zorder_by:
-            bins.append(_Bin(partition, members, int(sizes[members].sum())))
+            bins.append(_Bin(partition, members, sum(sizes[i] for i in members)))
             continue
         current = _Bin(partition)
-        for i in sorted(members, key=lambda i: (int(sizes[i]), i)):
-            if current.files and current.size + int(sizes[i]) > plan.target_size:
+        for i in sorted(members, key=lambda i: (sizes[i], i)):
+            if current.files and current.size + sizes[i] > plan.target_size:
                 bins.append(current)
                 current = _Bin(partition)
             current.files.append(i)
-            current.size += int(sizes[i])
+            current.size += sizes[i]
         bins.append(current)
     return [b for b in bins if plan.zorder_by or len(b.files) > 1 or has_dv[b.files[0]]]
 
