@@ -27,7 +27,10 @@
    (unless the MERGE only inserts), each output row also carries its change (`insert`,
    `update_postimage`, `delete`, NULL for a copy; an updated row adds its `update_preimage`),
    and `write_change_files` writes the `_change_data` files beside the data files in the same
-   tasks (`cdc` actions, numTargetChangeFilesAdded);
+   tasks (`cdc` actions, numTargetChangeFilesAdded). On a table with row tracking enabled
+   the touched files' rows are read with their row ids and commit versions, which
+   `write_files` stores: copied rows keep both, updated rows keep their id and take the
+   commit's version, inserted rows get fresh ones;
 4. commit as operation MERGE with Delta's parameters and metrics; `execute()` returns the
    commit's `CommitResult` (the version, with the metrics in `result.metrics`).
 
@@ -73,6 +76,7 @@ from airflow_delta.engine.commands.merge import (
     arrow_table,
 )
 from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
+from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     DeltaError,
     IdentityColumnError,
@@ -141,6 +145,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     _changes = False
     #: Whether it writes deletion vectors (a table with them enabled): modified rows only.
     _dvs = False
+    #: Row tracking's materialized columns (a table with it enabled): the rows keep their ids.
+    _tracking: RowTracking | None = None
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         if not isinstance(self.source_df, DataFrame):
@@ -194,6 +200,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         self._check_assignments([f.name for f in fields], self.source_df.columns)
         self._column_rules = self._computed_columns(txn)
         self._dvs = deletion_vectors_enabled(txn)
+        self._tracking = RowTracking.of(txn.metadata)
         source = self.source_df.withColumn(_SOURCE, F.lit(True))
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         found = _Found(per_clause=[0] * len(modifying))
@@ -241,20 +248,23 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         spark, fields = source.sparkSession, target.schema.fields
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         inserting = [c for c in self.clauses if c.kind == NOT_MATCHED]
-        keys = {"file_column": _FILE, "row_index_column": _ROW}
+        keys: dict[str, Any] = {"row_tracking": self._tracking.names if self._tracking else None}
         duplicates = found.duplicates
+        if duplicates:
+            keys |= {"file_column": _FILE, "row_index_column": _ROW}
         outputs = []
         if modifying and inserting and not duplicates and not found.untouched_matches:
             # every source row matching a candidate row matched one of the touched files: one
             # full outer join gives the updates, copies and inserts
             if len(touched):
-                rows = scan_files(spark, snapshot, touched).withColumn(_TARGET, F.lit(True))
+                rows = scan_files(spark, snapshot, touched, **keys)
+                rows = rows.withColumn(_TARGET, F.lit(True))
                 outputs.append(self._rewrite_all(source, rows, fields, modifying + inserting))
             else:
                 outputs.append(self._insert(source, None, fields, inserting))
         else:
             if len(touched):
-                rows = scan_files(spark, snapshot, touched, **(keys if duplicates else {}))
+                rows = scan_files(spark, snapshot, touched, **keys)
                 outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
             if inserting:
                 outputs.append(self._insert(source, target, fields, inserting))
@@ -508,7 +518,24 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             for i, clause in enumerate(clauses):
                 change = change.when(F.col(_ACTION) == i, F.lit(_CHANGE_TYPES[clause.action]))
             changes.append(change.alias(CHANGE_TYPE_COLUMN))
-        return rows.select(*(self._output(f, clauses, default(f)) for f in fields), *changes)
+        outputs = [self._output(f, clauses, default(f)) for f in fields]
+        return rows.select(*outputs, *self._row_tracking(clauses, target), *changes)
+
+    def _row_tracking(self, clauses: list[MergeClause], target: bool) -> list[Column]:
+        """On a table with row tracking enabled, each output row's id and commit version
+        (`write_files` stores them): a target row's, an updated row's version NULL (the
+        commit's), both NULL for an inserted row (fresh); else none."""
+        if self._tracking is None:
+            return []
+        names = self._tracking.names
+        if not target:
+            return [F.lit(None).cast("long").alias(n) for n in names]
+        alias = quote_identifier(self.target_alias)
+        row_id, version = (F.col(f"{alias}.{quote_identifier(n)}") for n in names)
+        updating = [i for i, c in enumerate(clauses) if c.action == "update"]
+        updated = F.col(_ACTION).isin(updating or [-1])
+        version = F.when(updated, F.lit(None).cast("long")).otherwise(version)
+        return [row_id.alias(names[0]), version.alias(names[1])]
 
     def _output(self, field: StructField, clauses: list[MergeClause], default: Column) -> Column:
         """Column `field` of an output row: the assignment of the clause applied, else `default`."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -20,7 +21,8 @@ from airflow_delta.engine import read_changes as engine_read_changes
 from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from airflow_delta.spark import merge_delta
 from tests.engine.commands.dml_tables import ROWS as TABLE_ROWS
-from tests.engine.commands.dml_tables import SCHEMA, batch, batches
+from tests.engine.commands.dml_tables import SCHEMA, batch, batches, create
+from tests.engine.commands.test_row_ids import TRACKED, tracked_rows
 from tests.spark.test_dml_deletion_vectors import (
     CDF,
     DATA,
@@ -100,6 +102,38 @@ def test_change_data_with_deletion_vectors(spark: SparkSession, tmp_path: Path) 
     assert found == changes(ours)
     kinds = {c[1] for c in found}
     assert kinds == {"delete", "insert", "update_preimage", "update_postimage"}
+
+
+@pytest.mark.parametrize("dv", [True, False], ids=["deletion_vectors", "rewrites"])
+def test_row_tracking(spark: SparkSession, tmp_path: Path, dv: bool) -> None:
+    """On a table with row tracking enabled the rows keep their ids, as in process: the rows
+    left in place or copied keep id and commit version, updated rows keep their id and take
+    the MERGE's version, inserted rows get fresh ids."""
+    if dv:
+        ours, theirs = copies(tmp_path, *DATA, partitioned=False, configuration=TRACKED)
+    else:  # two tables without deletion vectors (their ids are the same: fresh, in order)
+        ours, theirs = (
+            create(tmp_path / name, *DATA, partitioned=False, configuration=TRACKED)
+            for name in ("in_process", "spark")
+        )
+    before = tracked_rows(theirs)
+    source = batch([3, 13, 25], k=[0, 0, 0], s=["new"] * 3)
+    _, result = merges(spark, ours, theirs, source, ["update", "insert", "by_source_delete"])
+    assert result.metrics["numTargetDeletionVectorsAdded"] == (2 if dv else 0)
+    after = tracked_rows(theirs)
+    assert set(after) == set(before) - {8, 18} | {25}  # 8, 18: k 3, deleted
+    for key, (s, row_id, commit_version) in after.items():
+        if key == 25:
+            assert row_id not in {v[1] for v in before.values()}
+            continue
+        assert row_id == before[key][1], key
+        if key in (3, 13):
+            assert (s, commit_version) == ("new", result.version)
+        else:
+            assert (s, commit_version) == before[key][::2]
+    assert {k: v[1] for k, v in tracked_rows(ours).items() if k != 25} == {
+        k: v[1] for k, v in after.items() if k != 25
+    }
 
 
 @settings(
