@@ -10,8 +10,8 @@ starts one (`spark_conn_id`, `spark_conf`; a local session without a connection)
 pyspark the task fails with UnsupportedCommandError naming the table and the fix. XCom's
 `executor` and the task log say which one ran.
 
-In process, on a table with deletion vectors enabled (`delta.enableDeletionVectors=true`) a
-touched file keeps its other rows under a deletion vector; otherwise, and always on Spark, it is
+On a table with deletion vectors enabled (`delta.enableDeletionVectors=true`) a touched file
+keeps its other rows under a deletion vector, in process and on Spark; otherwise it is
 rewritten. See docs/delete-update.md for what the predicates and assignments accept.
 """
 

@@ -192,17 +192,7 @@ def scan_files(
     schema = table.read_schema
     for name in row_tracking or ():
         schema = schema.add(T.StructField(name, T.LongType(), True))
-    try:
-        data = _read_parquet(spark, schema, [spark_path(loc) for loc in locations])
-    except AnalysisException as exc:
-        if exc.getCondition() != "PATH_NOT_FOUND":
-            raise
-        message = str(exc)
-        missing = (p for p, loc in zip(paths, locations, strict=True) if spark_path(loc) in message)
-        path = next(missing, None)
-        if path is None:
-            raise
-        raise snapshot.missing_data_file(path) from None
+    data = _read_files(spark, snapshot, schema, paths, locations)
     columns = [data[quote_identifier(f.name)] for f in schema.fields]
     if per_file:
         metadata = data.metadataColumn("_metadata")
@@ -218,12 +208,11 @@ def scan_files(
             F.when(F.col(_FILE_ID).isNull(), F.raise_error(unmatched)).otherwise(F.lit(True))
         )
     if deleted is not None:
-        deleted_frame = spark.createDataFrame(
-            deleted,
-            T.StructType(
-                [T.StructField(_FILE_ID, T.IntegerType()), T.StructField(_ROW_INDEX, T.LongType())]
-            ),
-        )
+        deleted_schema = [
+            T.StructField(_FILE_ID, T.IntegerType()),
+            T.StructField(_ROW_INDEX, T.LongType()),
+        ]
+        deleted_frame = spark.createDataFrame(deleted, T.StructType(deleted_schema))
         rows = rows.join(deleted_frame, [_FILE_ID, _ROW_INDEX], "left_anti")
     output = table.output_columns()
     if file_column is not None:
@@ -233,6 +222,28 @@ def scan_files(
     if row_tracking:
         output.extend(_row_tracking_columns(*row_tracking))
     return rows.select(*output)
+
+
+def _read_files(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    schema: T.StructType,
+    paths: Sequence[str],
+    locations: Sequence[FileLocation],
+) -> DataFrame:
+    """The files at `locations` (logged as `paths`) read with `schema`; a missing one is
+    named by `snapshot.missing_data_file`."""
+    try:
+        return _read_parquet(spark, schema, [spark_path(loc) for loc in locations])
+    except AnalysisException as exc:
+        if exc.getCondition() != "PATH_NOT_FOUND":
+            raise
+        message = str(exc)
+        missing = (p for p, loc in zip(paths, locations, strict=True) if spark_path(loc) in message)
+        path = next(missing, None)
+        if path is None:
+            raise
+        raise snapshot.missing_data_file(path) from None
 
 
 def _row_tracking_columns(row_id: str, commit_version: str) -> list[Column]:
