@@ -404,8 +404,7 @@ class FileReader:
         self.root = source.location.root
         self.lengths = np.zeros(0, dtype=np.int64)
         self.deletion_vectors = DeletionVectorReader(source.location, version)
-        self._last_found: tuple[tuple[pa.Schema, tuple[str, ...]], dict[str, str | None]] | None
-        self._last_found = None
+        self._last: _Selection | None = None  # of the last file schema read
 
     @property
     def txn(self) -> OptimisticTransaction:
@@ -448,8 +447,10 @@ class FileReader:
             self.store, self.root, paths, table=self.table_uri, version=self.version
         )
 
+        size_list = sizes.tolist()
+
         def raw(i: int) -> tuple[pa.Schema, pa.Table]:
-            return self._raw(paths[i], int(sizes[i]), columns, where[i])
+            return self._raw(paths[i], size_list[i], columns, where[i])
 
         with ThreadPoolExecutor(threads or min(len(paths), os.cpu_count() or 1)) as pool:
             read = list(pool.map(raw, range(len(paths))))
@@ -486,25 +487,40 @@ class FileReader:
             )
         try:
             with self.store.open_input(where, size) as source:
-                file = _parquet_file(source)
-                schema = file.schema_arrow
-                found = self._found(schema, columns)
-                present = sorted({n for n in found.values() if n is not None})
-                return schema, file.read(columns=present, use_threads=False)
+                reader = _parquet_reader(source)
+                schema = reader.schema_arrow
+                indices = self._selection(schema, columns, reader).indices
+                return schema, reader.read_all(column_indices=indices, use_threads=False)
         except FileNotFoundError:
             raise self.snapshot.missing_data_file(path) from None
 
     def _found(self, file: pa.Schema, columns: Sequence[str]) -> dict[str, str | None]:
-        """Where each data column of `columns` is in a file of schema `file` (None: absent);
-        remembered for the last schema seen (files of one table mostly share theirs)."""
-        key = (file, tuple(columns))
-        last = self._last_found
-        if last is not None and last[0][1] == key[1] and last[0][0].equals(file, True):
-            return last[1]
+        """Where each data column of `columns` is in a file of schema `file` (None: absent)."""
+        return self._selection(file, columns).found
+
+    def _selection(
+        self, file: pa.Schema, columns: Sequence[str], reader: pq.ParquetReader | None = None
+    ) -> _Selection:
+        """`_Selection` of `columns` in a file of schema `file` (its leaf columns numbered by
+        `reader`, that file's reader); remembered for the last schema seen (files of one
+        table mostly share theirs)."""
+        wanted, last = tuple(columns), self._last
+        if (
+            last is not None
+            and last.columns == wanted
+            and last.schema.equals(file, True)
+            and (reader is None or last.indices is not None or not last.partial)
+        ):
+            return last
         partitions = self.layout.partition_keys
-        found = {c: self.layout.find(file, c) for c in columns if c not in partitions}
-        self._last_found = (key, found)
-        return found
+        found = {c: self.layout.find(file, c) for c in wanted if c not in partitions}
+        present = {n for n in found.values() if n is not None}
+        partial = present != set(file.names)
+        indices = None
+        if reader is not None and partial:  # the leaves of the top-level columns wanted
+            indices = [i for i, p in enumerate(reader.column_paths) if p[0] in present]
+        self._last = _Selection(file, wanted, found, partial, indices)
+        return self._last
 
     def kept(self, dv: Mapping[str, Any] | None, rows: int) -> npt.NDArray[np.bool_]:
         """Per row of a file of `rows` rows: whether its deletion vector `dv` keeps it."""
@@ -586,12 +602,27 @@ def store_paths(
     ]
 
 
-def _parquet_file(source: Any) -> pq.ParquetFile:
-    """A parquet file from what `LogStore.open_input` gives: an OS path is memory-mapped, a
-    buffer read in place (pre-buffering it would only copy it)."""
-    if isinstance(source, pa.Buffer):
-        return pq.ParquetFile(source, pre_buffer=False)
-    return pq.ParquetFile(source, memory_map=isinstance(source, str))
+@dataclass(frozen=True)
+class _Selection:
+    """The `columns` wanted from files of `schema`: where each data column is (`found`), and
+    whether only some of the file's columns are read (`partial`), by `indices` of the file's
+    leaf columns (None: all, or not numbered yet)."""
+
+    schema: pa.Schema
+    columns: tuple[str, ...]
+    found: dict[str, str | None]
+    partial: bool
+    indices: list[int] | None
+
+
+def _parquet_reader(source: Any) -> pq.ParquetReader:
+    """pyarrow's parquet reader (`ParquetFile`'s, without its per-file Python: OPTIMIZE opens
+    thousands) of what `LogStore.open_input` gives: an OS path is memory-mapped, a buffer read
+    in place (pre-buffering it would only copy it)."""
+    reader = pq.ParquetReader()
+    buffered = isinstance(source, pa.Buffer)
+    reader.open(source, use_memory_map=isinstance(source, str), pre_buffer=not buffered)
+    return reader
 
 
 def _shredded_variant(t: pa.DataType) -> bool:
