@@ -237,7 +237,7 @@ class LogStore(ABC):
 
     # -- data files ----------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def is_local(self) -> bool:
         """Whether paths are OS paths that pyarrow opens natively (memory-mapped, no GIL)."""
         return "file" in _protocols(self.fs)
