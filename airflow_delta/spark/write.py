@@ -54,11 +54,11 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.protocol.identity import check_no_explicit_identity
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.constraints import (
     Constraint,
-    check_no_explicit_identity,
     fill_generated_columns,
     identity_high_water_marks,
     referenced_columns,

@@ -19,8 +19,9 @@ and literals (the engine's predicates, with Spark's semantics), and assignments 
 references (`s.x`, `t.x`) or literals. Candidate files with deletion vectors are read without
 their deleted rows and rewritten whole when touched. Generated columns are computed by the
 engine's evaluator where a clause leaves them out (an update recomputes them) and checked where
-it gives them. Anything else, and tables whose data needs more than this reader (type changes,
-CHECK constraints, invariants, identity columns, an expression the evaluator lacks), raises
+it gives them; identity columns get fresh values on insert (`identity_values.py`) and keep
+theirs on update. Anything else, and tables whose data needs more than this reader (type
+changes, CHECK constraints, invariants, an expression the evaluator lacks), raises
 `UnsupportedMergeError` before anything is written: the Spark MERGE
 (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
 """
@@ -53,6 +54,7 @@ from airflow_delta.engine.commands.deletion_vector_files import (
     live_row_indexes,
     with_deletion_vector,
 )
+from airflow_delta.engine.commands.identity_values import IdentityValues, check_merge_clauses
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     MAX_PRUNING_VALUES,
@@ -164,6 +166,11 @@ class ArrowMergeBuilder(MergeBuilder):
     """
 
     _generated: list[GeneratedColumn] = []  # the table's generated columns (set by `_write`)
+    _identity: IdentityValues  # the identity values it hands out (set by `_write`)
+
+    @property
+    def _generated_names(self) -> set[str]:
+        return {c.name for c in self._generated}
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         source = arrow_table(self.source_df)
@@ -188,6 +195,8 @@ class ArrowMergeBuilder(MergeBuilder):
         table = self._table_schema(txn)
         self._check_assignments(table.names, source.column_names)
         self._generated = self._generated_columns(txn)
+        self._identity = IdentityValues(txn.metadata, self.target_uri)
+        check_merge_clauses(txn.metadata, self.clauses, source.column_names, self.target_uri)
         conjuncts = self._partition_conjuncts(txn)
         keys = self._keys(conjuncts, table, source)
         clauses: dict[str, list[_Clause]] = {
@@ -220,6 +229,7 @@ class ArrowMergeBuilder(MergeBuilder):
             dvs.finish()
         try:
             adds, cdcs = write_change_tasks(txn, tasks, self._not_null(txn), "MERGE")
+            txn.identity_high_water_marks.update(self._identity.marks())
         except BaseException:
             if dvs is not None:
                 dvs.abort()
@@ -436,8 +446,6 @@ class ArrowMergeBuilder(MergeBuilder):
             extra = delta_field_metadata(f)
             if "delta.invariants" in extra or "delta.typeChanges" in extra:
                 problems.append(f"column {f.name} (invariants or type changes)")
-            if "delta.identity.start" in extra:
-                problems.append(f"column {f.name} (identity column)")
             if pa.types.is_null(f.type) or _nested(f.type):
                 problems.append(f"column {f.name} ({f.type})")
         if problems:
@@ -470,14 +478,16 @@ class ArrowMergeBuilder(MergeBuilder):
         if clause.action == "delete":
             return None
         plan: list[tuple[str, Any]] = []
-        generated = {c.name for c in self._generated}
+        computed = {c.name for c in self._generated} | set(self._identity.columns)
         in_source = {c.lower() for c in source.column_names}
         for field in table:
             sql = self._resolve(clause, field.name)
-            if field.name in generated and clause.assignments is None:
+            if field.name in computed and clause.assignments is None:
                 sql = sql if field.name.lower() in in_source else None  # a star takes what exists
+            if field.name in self._identity.columns and clause.action == "update":
+                sql = None  # an update keeps the row's identity value
             if sql is None:  # an update keeps the target's value, an insert leaves NULL
-                keep = clause.action == "update" and field.name not in generated
+                keep = clause.action == "update" and field.name not in self._generated_names
                 plan.append(("t", field.name) if keep else ("null", None))  # NULL: computed
                 continue
             ref = self._reference(sql)
@@ -527,8 +537,10 @@ class ArrowMergeBuilder(MergeBuilder):
                     column = pa.nulls(rows, field.type)
                 columns.append(cast_to_field(column, field, self.target_uri))
             rows = pa.Table.from_arrays(columns, schema=table)
+            if clause.action == "insert" and self._identity:
+                rows = self._identity.fill(rows)
             context = f"MERGE into {self.target_uri}: nothing written"
-            return generate_checked(rows, self._generated, context) if generated else rows
+            return generate_checked(rows, self._generated, context) if self._generated else rows
 
         return assign
 
