@@ -579,6 +579,22 @@ class MergeBuilder:
         semantics); UnsupportedMergeError for anything else."""
         if clause.condition is None:
             return None
+        try:
+            text, types = self._qualified(clause.condition, clause, table, source)
+            return PartitionPredicate.parse(text, types)
+        except (UnsupportedMergeError, InvalidPredicateError, ValueError) as exc:
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the in-process MERGE cannot evaluate the "
+                f"condition {clause.condition!r}: {exc}"
+            ) from None
+
+    def _qualified(
+        self, sql: str, clause: MergeClause, table: pa.Schema, source: pa.Table
+    ) -> tuple[str, dict[str, str | dict[str, Any]]]:
+        """`sql` with each `<alias>.<column>` the clause may read (the target in MATCHED and
+        NOT MATCHED BY SOURCE clauses, the source in MATCHED and NOT MATCHED ones) renamed to
+        one column `t.<column>` or `s.<column>`, and those columns' Delta types;
+        UnsupportedMergeError for a column the clause cannot read."""
         sides = {MATCHED: "ts", NOT_MATCHED: "s", NOT_MATCHED_BY_SOURCE: "t"}[clause.kind]
         types: dict[str, str | dict[str, Any]] = {}
         by_lower = {n.lower(): n for n in table.names}
@@ -607,14 +623,7 @@ class MergeBuilder:
             types[f"{side}.{name}"] = kind
             return quote_identifier(f"{side}.{name}")
 
-        try:
-            text = _QUALIFIED.sub(qualify, clause.condition)
-            return PartitionPredicate.parse(text, types)
-        except (UnsupportedMergeError, InvalidPredicateError, ValueError) as exc:
-            raise UnsupportedMergeError(
-                f"MERGE into {self.target_uri}: the in-process MERGE cannot evaluate the "
-                f"condition {clause.condition!r}: {exc}"
-            ) from None
+        return _QUALIFIED.sub(qualify, sql), types
 
 
 # -- helpers -----------------------------------------------------------------------------------
