@@ -206,6 +206,8 @@ def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray
             )  # fmt: skip
         wanted[where] = where
     paths = list(wanted)
+    if not paths:
+        return []
     threads = max(1, min(len(paths), EXISTS_THREADS if not store.is_local else os.cpu_count() or 1))
     with ThreadPoolExecutor(threads) as pool:
         found = list(pool.map(store.exists, paths))
