@@ -452,8 +452,12 @@ class FileReader:
         def raw(i: int) -> tuple[pa.Schema, pa.Table]:
             return self._raw(paths[i], size_list[i], columns, where[i])
 
-        with ThreadPoolExecutor(threads or min(len(paths), os.cpu_count() or 1)) as pool:
-            read = list(pool.map(raw, range(len(paths))))
+        threads = threads or min(len(paths), os.cpu_count() or 1)
+        if threads == 1:
+            read = [raw(i) for i in range(len(paths))]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                read = list(pool.map(raw, range(len(paths))))
         tables, lengths, start = [], [], 0
         while start < len(paths):
             schema, end = read[start][0], start + 1
