@@ -3,8 +3,9 @@ exactly-once commit.
 
 They run in process, by the engine (`airflow_delta.engine.delete` / `update`), when it evaluates
 the predicate and the assignments (comparisons, IN, BETWEEN, IS NULL, AND/OR/NOT, literals,
-column references). Otherwise (arithmetic, function calls, or a table the in-process command
-does not handle: UnsupportedCommandError or InvalidPredicateError from the engine) they run on
+column references, arithmetic, CASE, casts and the common functions). Otherwise (a function the
+engine lacks, or a table the in-process command does not handle: UnsupportedCommandError or
+InvalidPredicateError from the engine) they run on
 Spark (`airflow_delta.spark.delete` / `update`), in a session started as DeltaMergeOperator
 starts one (`spark_conn_id`, `spark_conf`; a local session without a connection). Without
 pyspark the task fails with UnsupportedCommandError naming the table and the fix. XCom's
@@ -135,8 +136,8 @@ class DeltaDmlOperator(DeltaCommandOperator):
                 f"{self.operation} of table {self.table_uri}: the in-process {self.operation} "
                 f"cannot run it ({reason}), and pyspark is not installed, so it cannot run on "
                 "Spark either; nothing was written. Install airflow-delta[spark] (with "
-                "spark_conn_id for a cluster, else a local session starts), or use only "
-                "comparisons, literals and column references."
+                "spark_conn_id for a cluster, else a local session starts), or use only what "
+                "the engine evaluates (see docs/delete-update.md)."
             )
         return spark.session()
 

@@ -16,7 +16,8 @@ It takes the MERGEs most pipelines run: a condition that is an AND of equalities
 target and a source column (plus `t.<partition> = <literal>` or `IN (<literals>)`), clause
 conditions made of comparisons, IN, BETWEEN, IS [NOT] NULL and AND/OR/NOT over `t.x`, `s.x`
 and literals (the engine's predicates, with Spark's semantics), and assignments that are column
-references (`s.x`, `t.x`) or literals. Candidate files with deletion vectors are read without
+references (`s.x`, `t.x`), literals, or value expressions over both sides that the engine's
+evaluator handles (`expressions/values.py`). Candidate files with deletion vectors are read without
 their deleted rows and rewritten whole when touched. Generated columns are computed by the
 engine's evaluator where a clause leaves them out (an update recomputes them) and checked where
 it gives them; identity columns get fresh values on insert (`identity_values.py`) and keep
@@ -47,6 +48,7 @@ from airflow_delta.engine.commands.data_files import (
 from airflow_delta.engine.commands.data_reader import (
     FileReader,
     plain_table,
+    repeat_scalar,
 )
 from airflow_delta.engine.commands.deletion_vector_files import (
     DeletionVectorWriter,
@@ -67,7 +69,6 @@ from airflow_delta.engine.commands.merge import (
 from airflow_delta.engine.commands.merge_values import (
     cast_to_field,
     castable,
-    repeat_scalar,
     sql_literal,
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
@@ -77,6 +78,7 @@ from airflow_delta.engine.expressions.generated import (
     generate_checked,
     parse_generated_columns,
 )
+from airflow_delta.engine.expressions.parser import parse_value
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile
@@ -455,6 +457,54 @@ class ArrowMergeBuilder(MergeBuilder):
             )
         return pa.schema([pa.field(f.name, f.type) for f in schema])
 
+    def _planned(
+        self, clause: MergeClause, field: pa.Field, sql: str, table: pa.Schema, source: pa.Table
+    ) -> tuple[str, Any]:
+        """How `clause` computes column `field` from `sql`: ("s" or "t", a column of that
+        side), ("value", a literal scalar) or ("expr", (expression, columns it reads as
+        `t.<name>` / `s.<name>`)); UnsupportedMergeError for what the engine does not
+        evaluate, ValueError for a column the clause cannot read."""
+        ref = self._reference(sql)
+        if ref is None:
+            try:
+                return "value", sql_literal(sql, field.type, self.target_uri)
+            except UnsupportedMergeError:
+                pass
+            try:
+                text, types = self._qualified(sql, clause, table, source)
+                expr, used = parse_value(text, types)
+            except (InvalidPredicateError, UnsupportedMergeError) as exc:
+                raise UnsupportedMergeError(
+                    f"MERGE into {self.target_uri}: the in-process MERGE does not evaluate "
+                    f"{sql!r} ({exc})"
+                ) from None
+            return "expr", (expr, sorted(used))
+        side = "s" if ref[0] == self.source_alias.lower() else "t"
+        if side == "t" and clause.kind == NOT_MATCHED:
+            raise ValueError(
+                f"MERGE into {self.target_uri}: an insert cannot read the target ({sql})"
+            )
+        if side == "s" and clause.kind == NOT_MATCHED_BY_SOURCE:
+            raise ValueError(
+                f"MERGE into {self.target_uri}: a NOT MATCHED BY SOURCE clause cannot "
+                f"read the source ({sql})"
+            )
+        if side == "t":
+            known = {n.lower(): n for n in table.names}.get(ref[1].lower())
+            if known is None:
+                raise ValueError(f"MERGE into {self.target_uri}: unknown column {sql}")
+            return side, known
+        name = self._source_column(source, ref[1])
+        given = source.schema.field(name).type
+        if pa.types.is_dictionary(given):
+            given = given.value_type
+        if not castable(given, field.type):
+            raise UnsupportedMergeError(
+                f"MERGE into {self.target_uri}: the in-process MERGE does not store "
+                f"{given} values in column {field.name} ({field.type})"
+            )
+        return side, name
+
     def _generated_columns(self, txn: OptimisticTransaction) -> list[GeneratedColumn]:
         """The table's generated columns, parsed; UnsupportedMergeError for an expression the
         engine does not evaluate (Spark computes it)."""
@@ -490,36 +540,7 @@ class ArrowMergeBuilder(MergeBuilder):
                 keep = clause.action == "update" and field.name not in self._generated_names
                 plan.append(("t", field.name) if keep else ("null", None))  # NULL: computed
                 continue
-            ref = self._reference(sql)
-            if ref is not None:
-                side = "s" if ref[0] == self.source_alias.lower() else "t"
-                if side == "t" and clause.kind == NOT_MATCHED:
-                    raise ValueError(
-                        f"MERGE into {self.target_uri}: an insert cannot read the target ({sql})"
-                    )
-                if side == "s" and clause.kind == NOT_MATCHED_BY_SOURCE:
-                    raise ValueError(
-                        f"MERGE into {self.target_uri}: a NOT MATCHED BY SOURCE clause cannot "
-                        f"read the source ({sql})"
-                    )
-                if side == "s":
-                    name = self._source_column(source, ref[1])
-                    given = source.schema.field(name).type
-                    if pa.types.is_dictionary(given):
-                        given = given.value_type
-                    if not castable(given, field.type):
-                        raise UnsupportedMergeError(
-                            f"MERGE into {self.target_uri}: the in-process MERGE does not store "
-                            f"{given} values in column {field.name} ({field.type})"
-                        )
-                else:
-                    known = {n.lower(): n for n in table.names}.get(ref[1].lower())
-                    if known is None:
-                        raise ValueError(f"MERGE into {self.target_uri}: unknown column {sql}")
-                    name = known
-                plan.append((side, name))
-            else:
-                plan.append(("value", sql_literal(sql, field.type, self.target_uri)))
+            plan.append(self._planned(clause, field, sql, table, source))
 
         def assign(target: pa.Table | None, src: pa.Table | None) -> pa.Table:
             either = target if target is not None else src
@@ -533,6 +554,14 @@ class ArrowMergeBuilder(MergeBuilder):
                     column = side.column(value)
                 elif kind == "value" and value is not None:
                     column = repeat_scalar(value, rows)
+                elif kind == "expr":
+                    expr, used = value
+                    sides = {"t": target, "s": src}
+                    given = {n: _side(sides, n).column(n[2:]) for n in used}
+                    column = expr.evaluate(given)
+                    if isinstance(column, pa.Scalar):
+                        column = repeat_scalar(column, rows) if column.is_valid else None
+                    column = pa.nulls(rows, field.type) if column is None else column
                 else:
                     column = pa.nulls(rows, field.type)
                 columns.append(cast_to_field(column, field, self.target_uri))
@@ -624,6 +653,13 @@ def _match(
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _side(sides: Mapping[str, pa.Table | None], name: str) -> pa.Table:
+    """The rows (target "t" or source "s") that column `name` (`t.<column>`) reads."""
+    rows = sides[name[0]]
+    assert rows is not None  # the plan reads only the sides its clause has
+    return rows
 
 
 def _nested(t: pa.DataType) -> bool:

@@ -1,6 +1,6 @@
 """How the in-process MERGE turns its assignments into columns of the table's types: source
 columns cast within their type family (`castable`, `cast_to_field`), and SQL literals
-(`sql_literal`) repeated over the rows (`repeat_scalar`)."""
+(`sql_literal`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import decimal
 import re
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,11 +15,6 @@ from airflow_delta.engine.commands.data_reader import conform, same_family
 from airflow_delta.engine.errors import UnsupportedMergeError
 
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-
-
-def repeat_scalar(value: pa.Scalar, rows: int) -> pa.Array:
-    """`value` repeated `rows` times (vectorised)."""
-    return pa.array([value.as_py()], value.type).take(np.zeros(rows, dtype=np.int64))
 
 
 def castable(source: pa.DataType, target: pa.DataType) -> bool:
