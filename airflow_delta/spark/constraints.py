@@ -11,16 +11,22 @@ values handed out back from the written files' stats, for the commit's metadata.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_delta.engine.errors import DeltaProtocolError
+from airflow_delta.engine.expressions.constraints import (  # re-exported: their former home
+    Constraint as Constraint,
+)
+from airflow_delta.engine.expressions.constraints import (
+    referenced_columns as referenced_columns,
+)
+from airflow_delta.engine.expressions.constraints import (
+    table_constraints as table_constraints,
+)
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
 from airflow_delta.engine.protocol.identity import (
@@ -31,81 +37,6 @@ from airflow_delta.engine.protocol.identity import (
 from airflow_delta.engine.protocol.identity import (
     check_no_explicit_identity as check_no_explicit_identity,  # re-exported: its former home
 )
-from airflow_delta.engine.protocol.schema import delta_field_metadata
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """A rule checked on every written row: a row for which `expression` (Spark SQL) is not
-    true fails the write. `message` opens the error, which then shows the row's `columns`."""
-
-    name: str
-    expression: str
-    message: str
-    columns: tuple[str, ...] = ()
-
-
-_SQL_STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-_SQL_NAMES = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def referenced_columns(expression: str, names: Sequence[str]) -> tuple[str, ...]:
-    """The top-level columns an expression names (all of them when it names none)."""
-    by_lower = {n.lower(): n for n in names}
-    found: list[str] = []
-    for quoted, bare in _SQL_NAMES.findall(_SQL_STRINGS.sub("''", expression)):
-        name = by_lower.get((quoted.replace("``", "`") or bare).lower())
-        if name is not None and name not in found:
-            found.append(name)
-    return tuple(found) or tuple(names)
-
-
-def _invariants(fields: pa.StructType | pa.Schema, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(column path, expression) of every `delta.invariants` in a schema, nested ones too."""
-    for f in fields:
-        path = prefix + f.name
-        invariant = delta_field_metadata(f).get("delta.invariants")
-        if invariant:
-            yield path, json.loads(invariant)["expression"]["expression"]
-        if pa.types.is_struct(f.type):
-            yield from _invariants(f.type, path + ".")
-
-
-def table_constraints(metadata: Metadata) -> list[Constraint]:
-    """NOT NULL of the non-nullable top-level columns, invariants and CHECK constraints."""
-    schema = metadata.schema
-    names = schema.names
-    checks = [
-        Constraint(
-            f"NOT NULL({f.name})",
-            f"{quote_identifier(f.name)} IS NOT NULL",
-            f"NOT NULL constraint on column {f.name} ({quote_identifier(f.name)} IS NOT NULL)",
-            (f.name,),
-        )
-        for f in schema
-        if not f.nullable
-    ]
-    checks += [
-        Constraint(
-            f"EXPRESSION({expression})",
-            expression,
-            f"Invariant ({expression}) on column {path}",
-            referenced_columns(expression, names),
-        )
-        for path, expression in _invariants(schema)
-    ]
-    prefix = "delta.constraints."
-    checks += [
-        Constraint(
-            key[len(prefix) :],
-            expression,
-            f"CHECK constraint {key[len(prefix) :]} ({expression})",
-            referenced_columns(expression, names),
-        )
-        for key, expression in metadata.configuration.items()
-        if key.lower().startswith(prefix)
-    ]
-    return checks
 
 
 def fill_generated_columns(

@@ -10,10 +10,8 @@ NULL (a copied row) to the data files only, `insert` and `update_postimage` to b
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +27,7 @@ from airflow_delta.engine.commands.data_files import (
     partition_runs,
 )
 from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.expressions.constraints import violated_by
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.constraints import Constraint
 
@@ -58,23 +57,6 @@ def violation_column(checks: Sequence[Constraint]) -> Column:
     return case
 
 
-def _shown(value: Any) -> str:
-    """A value of a row as SQL shows it (`'text'`, `2024-01-01`, `1.50`, `true`, `null`)."""
-    if value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = "'" + value.replace("'", "''") + "'"
-    elif isinstance(value, dt.date | dt.datetime | dt.time):
-        text = value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-    elif isinstance(value, bytes):
-        text = "X'" + value.hex().upper() + "'"
-    else:
-        text = str(value)
-    return text if len(text) <= 100 else text[:100] + "..."
-
-
 def _violation(
     checks: Sequence[Constraint], batch: pa.RecordBatch, physical_names: Mapping[str, str]
 ) -> dict[str, str] | None:
@@ -86,8 +68,7 @@ def _violation(
     row = pc.indices_nonzero(pc.is_valid(flags))[0].as_py()
     check = checks[flags[row].as_py()]
     values = batch.slice(row, 1).to_pylist()[0]
-    shown = "".join(f"\n - {c} : {_shown(values[physical_names.get(c, c)])}" for c in check.columns)
-    message = f"{check.message} violated by row with values:{shown}"
+    message = violated_by(check, values, physical_names)
     return {"message": message, "constraint": check.name, "expression": check.expression}
 
 

@@ -186,8 +186,8 @@ def test_change_data_of_an_update_only_spark_evaluates(spark: SparkSession, tmp_
 
 
 def test_check_constraints(spark: SparkSession, tmp_path: Path) -> None:
-    """UPDATE on a table with CHECK constraints (the in-process UPDATE refuses it) checks
-    every row written; an unknown column is refused."""
+    """The Spark UPDATE on a table with CHECK constraints checks every row written; an
+    unknown column is refused."""
     uri = create(tmp_path / "t", *DATA, configuration={"delta.constraints.pos": "id >= 0"})
     with pytest.raises(ConstraintViolationError, match="nothing written"):
         update(spark, uri, {"id": "id - 5"}, "p = 'a'")

@@ -28,9 +28,10 @@ UPDATE assignments (`set`: column -> SQL) take what the engine's expressions eva
 references, literals (`5`, `'x'`, `NULL`, `DATE '2024-01-01'`, `TIMESTAMP '...'`), conditions
 (for boolean columns) and value expressions (arithmetic, CAST, CASE, common functions), cast to
 the column's type. A function the engine does not know raises `UnsupportedCommandError` before
-anything is written, as do, for UPDATE, tables with CHECK
-constraints or invariants: run those on Spark. Tables with column mapping are read and written
-by their physical names.
+anything is written, as does, for UPDATE, a CHECK constraint or invariant it does not evaluate:
+run those on Spark. The updated rows are checked against the others
+(`expressions/constraints.RowChecks`, ConstraintViolationError naming the row). Tables with
+column mapping are read and written by their physical names.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from airflow_delta.engine.errors import (
     InvalidPredicateError,
     UnsupportedCommandError,
 )
+from airflow_delta.engine.expressions.constraints import RowChecks
 from airflow_delta.engine.expressions.generated import (
     GeneratedColumn,
     generate_checked,
@@ -91,7 +93,6 @@ from airflow_delta.engine.protocol.features import (
     change_data_feed_enabled,
 )
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
-from airflow_delta.engine.protocol.schema import delta_field_metadata
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
@@ -206,11 +207,10 @@ def _table_schema(name: str, txn: OptimisticTransaction) -> pa.Schema:
     metadata = txn.metadata
     problems = []
     if name == "UPDATE":
-        if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
-            problems.append("CHECK constraints")
-        for f in metadata.schema:
-            if "delta.invariants" in delta_field_metadata(f):
-                problems.append(f"column {f.name} (invariants)")
+        try:
+            RowChecks.of(metadata)
+        except InvalidPredicateError as exc:
+            problems.append(f"a CHECK constraint or invariant ({exc})")
     if problems:
         raise UnsupportedCommandError(
             f"{name} of {txn.table}: the in-process {name} does not handle "
@@ -570,6 +570,10 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
             ) from None
         parsed[column] = (expr, list(used))
     generated = _check_computed_columns(plan, set(parsed))
+    checks = RowChecks.of(plan.txn.metadata)  # evaluated: `_table_schema` checked them
+    context = (
+        f"Table {table}: nothing written (it stays at version {plan.txn.read_version}); UPDATE"
+    )
 
     def assign(data: pa.Table, mask: npt.NDArray[np.bool_] | None) -> pa.Table:
         columns = []
@@ -584,11 +588,13 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
                 column = value
             columns.append(column)
         rows = pa.Table.from_arrays(columns, schema=plan.schema)
-        if not generated:
-            return rows
-        every = columnar.bool_mask(np.ones(data.num_rows, dtype=bool))
-        selected = every if mask is None else columnar.bool_mask(mask)
-        return _regenerated(plan, rows, selected, generated, set(parsed))
+        if generated:
+            every = columnar.bool_mask(np.ones(data.num_rows, dtype=bool))
+            selected = every if mask is None else columnar.bool_mask(mask)
+            rows = _regenerated(plan, rows, selected, generated, set(parsed))
+        if checks:
+            checks.check(rows, context, mask)
+        return rows
 
     return assign
 

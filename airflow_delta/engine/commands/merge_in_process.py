@@ -22,7 +22,7 @@ their deleted rows and rewritten whole when touched. Generated columns are compu
 engine's evaluator where a clause leaves them out (an update recomputes them) and checked where
 it gives them; identity columns get fresh values on insert (`identity_values.py`) and keep
 theirs on update. Anything else, and tables whose data needs more than this reader (type
-changes, CHECK constraints, invariants, an expression the evaluator lacks), raises
+changes, a CHECK constraint or invariant or an expression the evaluator lacks), raises
 `UnsupportedMergeError` before anything is written: the Spark MERGE
 (`airflow_delta.spark.merge_delta`) runs those, and falls back to Spark by itself.
 """
@@ -73,6 +73,7 @@ from airflow_delta.engine.commands.merge_values import (
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import InvalidPredicateError, UnsupportedMergeError
+from airflow_delta.engine.expressions.constraints import RowChecks
 from airflow_delta.engine.expressions.generated import (
     GeneratedColumn,
     generate_checked,
@@ -169,10 +170,7 @@ class ArrowMergeBuilder(MergeBuilder):
 
     _generated: list[GeneratedColumn] = []  # the table's generated columns (set by `_write`)
     _identity: IdentityValues  # the identity values it hands out (set by `_write`)
-
-    @property
-    def _generated_names(self) -> set[str]:
-        return {c.name for c in self._generated}
+    _checks = RowChecks()  # the table's invariants and CHECK constraints (set by `_write`)
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         source = arrow_table(self.source_df)
@@ -441,13 +439,14 @@ class ArrowMergeBuilder(MergeBuilder):
         check_writer_support(txn.protocol, txn.table, txn.metadata)
         metadata = txn.metadata
         problems = []
-        if any(k.lower().startswith("delta.constraints.") for k in metadata.configuration):
-            problems.append("CHECK constraints")
+        try:
+            self._checks = RowChecks.of(metadata)
+        except InvalidPredicateError as exc:
+            problems.append(f"a CHECK constraint or invariant ({exc})")
         schema = metadata.schema
         for f in schema:
-            extra = delta_field_metadata(f)
-            if "delta.invariants" in extra or "delta.typeChanges" in extra:
-                problems.append(f"column {f.name} (invariants or type changes)")
+            if "delta.typeChanges" in delta_field_metadata(f):
+                problems.append(f"column {f.name} (type changes)")
             if pa.types.is_null(f.type) or _nested(f.type):
                 problems.append(f"column {f.name} ({f.type})")
         if problems:
@@ -528,7 +527,8 @@ class ArrowMergeBuilder(MergeBuilder):
         if clause.action == "delete":
             return None
         plan: list[tuple[str, Any]] = []
-        computed = {c.name for c in self._generated} | set(self._identity.columns)
+        generated = {c.name for c in self._generated}
+        computed = generated | set(self._identity.columns)
         in_source = {c.lower() for c in source.column_names}
         for field in table:
             sql = self._resolve(clause, field.name)
@@ -537,7 +537,7 @@ class ArrowMergeBuilder(MergeBuilder):
             if field.name in self._identity.columns and clause.action == "update":
                 sql = None  # an update keeps the row's identity value
             if sql is None:  # an update keeps the target's value, an insert leaves NULL
-                keep = clause.action == "update" and field.name not in self._generated_names
+                keep = clause.action == "update" and field.name not in generated
                 plan.append(("t", field.name) if keep else ("null", None))  # NULL: computed
                 continue
             plan.append(self._planned(clause, field, sql, table, source))
@@ -569,7 +569,11 @@ class ArrowMergeBuilder(MergeBuilder):
             if clause.action == "insert" and self._identity:
                 rows = self._identity.fill(rows)
             context = f"MERGE into {self.target_uri}: nothing written"
-            return generate_checked(rows, self._generated, context) if self._generated else rows
+            if self._generated:
+                rows = generate_checked(rows, self._generated, context)
+            if self._checks:
+                self._checks.check(rows, context)
+            return rows
 
         return assign
 
