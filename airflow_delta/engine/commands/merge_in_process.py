@@ -447,7 +447,7 @@ class ArrowMergeBuilder(MergeBuilder):
         for f in schema:
             if "delta.typeChanges" in delta_field_metadata(f):
                 problems.append(f"column {f.name} (type changes)")
-            if pa.types.is_null(f.type) or _nested(f.type):
+            if pa.types.is_null(f.type):
                 problems.append(f"column {f.name} ({f.type})")
         if problems:
             raise UnsupportedMergeError(
@@ -664,10 +664,6 @@ def _side(sides: Mapping[str, pa.Table | None], name: str) -> pa.Table:
     rows = sides[name[0]]
     assert rows is not None  # the plan reads only the sides its clause has
     return rows
-
-
-def _nested(t: pa.DataType) -> bool:
-    return bool(pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t))
 
 
 def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
