@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         to_pandas,
         to_pyarrow_dataset,
     )
+    from airflow_delta.engine.commands.write import write_table
     from airflow_delta.engine.delta_log import DeltaLog
     from airflow_delta.engine.log.checkpoints import CheckpointResult
     from airflow_delta.engine.log.log_segment import LogSegment
@@ -70,6 +71,7 @@ _HOMES = {
     "to_pandas": "commands.table_reader",
     "to_pyarrow_dataset": "commands.table_reader",
     "update": "commands.dml",
+    "write_table": "commands.write",
 }
 
 
@@ -114,4 +116,5 @@ __all__ = [
     "to_pandas",
     "to_pyarrow_dataset",
     "update",
+    "write_table",
 ]

@@ -45,6 +45,7 @@ from airflow_delta.engine.commands.data_files import (
     cdc_files,
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
+from airflow_delta.engine.commands.write import write_metrics
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     MetadataChangedException,
@@ -588,7 +589,7 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
         parameters["predicate"] = replace_where
     if dynamic:
         parameters["partitionOverwriteMode"] = "dynamic"
-    metrics = _write_metrics(adds, removed if overwrite else None)
+    metrics = write_metrics(adds, removed if overwrite else None)
     txn.changes_from_files = True  # whole files replaced: CDF readers infer deletes and inserts
     return txn.commit(actions, Operation("WRITE", parameters, metrics))
 
@@ -651,16 +652,3 @@ def _replace_where_constraints(
             referenced_columns(replace_where, names),
         )
     ]
-
-
-def _write_metrics(adds: Sequence[AddFile], removed: Sequence[AddFile] | None) -> dict[str, int]:
-    """Delta's WRITE metrics; the removed files' only for an overwrite."""
-    metrics = {
-        "numFiles": len(adds),
-        "numOutputRows": sum(a.num_records or 0 for a in adds),
-        "numOutputBytes": sum(a.size for a in adds),
-    }
-    if removed is not None:
-        metrics["numRemovedFiles"] = len(removed)
-        metrics["numRemovedBytes"] = sum(f.size for f in removed)
-    return metrics

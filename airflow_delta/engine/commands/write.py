@@ -1,0 +1,259 @@
+"""Arrow data written to a Delta table in this process, with no Spark: `write_table`, the
+engine's counterpart of `airflow_delta.spark.write_delta` for what a task holds in memory (a
+pyarrow Table, a RecordBatchReader, pandas or polars through the Arrow stream interface).
+
+    result = write_table("/data/events", arrow_table, mode="append", partition_by=["day"])
+    print(result.version, result.metrics["numOutputRows"])  # a CommitResult
+
+One transaction (TransactionalWrite's writeFiles, then the commit):
+
+1. a new table is created in the same commit (version 0 holds its protocol, metadata and files),
+   its schema the data's and partitioned by `partition_by`; an existing one keeps its schema:
+   the data's columns are matched by name (case-insensitively), a missing nullable column is
+   written as NULL, a type that widens safely (integers and floats to wider ones, another Arrow
+   layout, timestamps to microseconds) is cast, anything else is SchemaMismatchError naming
+   every problem;
+2. the rows are checked and completed as every writer of the engine does: identity columns
+   handed out (`identity_values.py`), generated columns computed and checked
+   (`expressions/generated.py`), invariants and CHECK constraints checked
+   (`expressions/constraints.RowChecks`), NOT NULL by the file writer; a rule the engine does
+   not evaluate raises UnsupportedCommandError (write with Spark: `write_delta`);
+3. `write_tasks` writes the data files in parallel slices (stats, partition directories,
+   column mapping, row tracking's columns);
+4. the commit: operation WRITE with Delta's parameters and metrics (numFiles, numOutputRows,
+   numOutputBytes; an overwrite also numRemovedFiles and numRemovedBytes). `overwrite` removes
+   every file the snapshot holds (readers of the change data feed take that from the files);
+   an append is blind and never conflicts. App transactions in `commit_properties` make a
+   retried write land once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_delta.engine.commands.command_transaction import command_transaction
+from airflow_delta.engine.commands.data_files import DEFAULT_TARGET_FILE_SIZE, write_tasks
+from airflow_delta.engine.commands.data_reader import conform, plain_table, same_family
+from airflow_delta.engine.commands.identity_values import IdentityValues
+from airflow_delta.engine.commands.merge import arrow_table
+from airflow_delta.engine.errors import (
+    InvalidPredicateError,
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+    UnsupportedCommandError,
+)
+from airflow_delta.engine.expressions.constraints import RowChecks
+from airflow_delta.engine.expressions.generated import generate_checked, parse_generated_columns
+from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
+from airflow_delta.engine.protocol.features import check_writer_support
+from airflow_delta.engine.protocol.identity import check_no_explicit_identity, generated_columns
+from airflow_delta.engine.protocol.schema import schema_to_json
+from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
+from airflow_delta.engine.txn.transaction import OptimisticTransaction
+
+#: Rows each writing task takes (the tasks run on a thread per core).
+ROWS_PER_TASK = 1_000_000
+#: Delta's SaveMode names of the modes.
+_SAVE_MODES = {"append": "Append", "overwrite": "Overwrite", "error": "ErrorIfExists"}
+_SAVE_MODES["ignore"] = "Ignore"
+
+
+def write_table(
+    table: str | OptimisticTransaction,
+    data: Any,
+    *,
+    mode: str = "append",
+    partition_by: Sequence[str] | None = None,
+    configuration: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    commit_properties: CommitProperties | None = None,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+) -> CommitResult:
+    """Write the Arrow `data` to the Delta table at `table` (a URI, or a transaction already
+    started on it) in one commit; its `CommitResult` (version None when skipped: `ignore` on an
+    existing table, or app transactions already committed).
+
+    `mode`: `append` (the default; creates the table when absent), `overwrite` (replaces every
+    row), `error` (refuses an existing table: TableAlreadyExistsError) or `ignore` (writes
+    nothing to an existing table). `partition_by` and `configuration` (table properties) apply
+    to a new table; `partition_by` given for an existing one must be its partition columns.
+
+    Example: `write_table(uri, pa.table({"id": [1, 2]}), mode="overwrite").version`.
+    """
+    if mode not in _SAVE_MODES:
+        raise ValueError(
+            f"WRITE to {table}: mode must be one of {sorted(_SAVE_MODES)}, not {mode!r}"
+        )
+    rows = arrow_table(data)
+    if rows is None:
+        raise TypeError(f"WRITE to {table}: the data must be Arrow data, not {type(data).__name__}")
+    rows = plain_table(rows)
+    txn = command_transaction("WRITE", table, storage_options, commit_properties)
+    columns = list(partition_by or [])
+    skipped = Operation("WRITE", {"mode": _SAVE_MODES[mode], "partitionBy": json.dumps(columns)})
+    if txn.already_committed():
+        return txn.result(None, skipped)
+    if txn.read_version >= 0:
+        if mode == "error":
+            raise TableAlreadyExistsError(
+                f"WRITE to {txn.table}: the table exists (version {txn.read_version}) and mode "
+                "is 'error'; use mode='append' or 'overwrite'."
+            )
+        if mode == "ignore":
+            return txn.result(None, skipped)
+        _check_partitioning(txn, partition_by)
+        check_writer_support(txn.protocol, txn.table, txn.metadata)
+    else:
+        _create(txn, rows.schema, columns, configuration)
+    metadata = txn.metadata
+    check_no_explicit_identity(metadata, rows.column_names, txn.table)
+    rows = _conformed(rows, metadata.schema, txn)
+    identity = IdentityValues(metadata, txn.table)
+    fill = _row_filler(txn, identity)
+    tasks = [
+        functools.partial(fill, rows.slice(offset, ROWS_PER_TASK))
+        for offset in range(0, rows.num_rows, ROWS_PER_TASK)
+    ]
+    not_null = [f.name for f in metadata.schema if not f.nullable]
+    adds = write_tasks(txn, tasks, not_null, "WRITE", target_file_size=target_file_size)
+    txn.identity_high_water_marks.update(identity.marks())
+    removed: list[AddFile] = []
+    if mode == "overwrite" and txn.read_version >= 0:
+        removed = txn.filter_files()  # every file: the write conflicts with any change
+        txn.changes_from_files = True  # whole files replaced: CDF readers take their rows
+    now = int(time.time() * 1000)
+    parameters = {"mode": _SAVE_MODES[mode], "partitionBy": json.dumps(metadata.partition_columns)}
+    metrics = write_metrics(adds, removed if mode == "overwrite" else None)
+    operation = Operation("WRITE", parameters, metrics)
+    return txn.commit([*(f.remove(now) for f in removed), *adds], operation)
+
+
+def _create(
+    txn: OptimisticTransaction,
+    schema: pa.Schema,
+    partition_by: list[str],
+    configuration: Mapping[str, str] | None,
+) -> None:
+    """Set the metadata of the table `txn` creates: `schema`, partitioned by `partition_by`."""
+    by_lower = {n.lower(): n for n in schema.names}
+    missing = [c for c in partition_by if c.lower() not in by_lower]
+    if missing:
+        raise SchemaMismatchError(
+            f"WRITE to {txn.table}: partition columns {missing} are not columns of the data "
+            f"(columns: {', '.join(schema.names)})"
+        )
+    metadata = Metadata(
+        id=str(uuid.uuid4()),
+        schema_string=None,
+        partition_columns=[by_lower[c.lower()] for c in partition_by],
+        configuration=dict(configuration or {}),
+        created_time=int(time.time() * 1000),
+    )
+    txn.update_metadata_for_new_table(metadata.with_schema(json.loads(schema_to_json(schema))))
+
+
+def _check_partitioning(txn: OptimisticTransaction, partition_by: Sequence[str] | None) -> None:
+    columns = list(txn.metadata.partition_columns)
+    if partition_by is not None and [c.lower() for c in partition_by] != [
+        c.lower() for c in columns
+    ]:
+        raise SchemaMismatchError(
+            f"WRITE to {txn.table}: the table is partitioned by {columns}, not by "
+            f"{list(partition_by)}"
+        )
+
+
+def _conformed(rows: pa.Table, schema: pa.Schema, txn: OptimisticTransaction) -> pa.Table:
+    """`rows` as the table's columns, in its order and types (see the module docstring);
+    SchemaMismatchError naming every column that does not fit."""
+    given = {n.lower(): n for n in rows.column_names}
+    known = {n.lower() for n in schema.names}
+    problems = [
+        f"column {n} is not in the table" for n in rows.column_names if n.lower() not in known
+    ]
+    if len(given) != rows.num_columns:
+        problems.append("the data has columns whose names differ only in case")
+    columns = []
+    for field in schema:
+        name = given.get(field.name.lower())
+        if name is None:
+            if not field.nullable:
+                problems.append(f"non-nullable column {field.name} is missing")
+            columns.append(pa.nulls(rows.num_rows, field.type))
+            continue
+        column = conform(rows.column(name), field.type)
+        if column.type != field.type:
+            if not _widens(column.type, field.type):
+                problems.append(f"column {name}: {column.type} does not widen to {field.type}")
+                continue
+            column = column.cast(field.type, safe=not pa.types.is_timestamp(field.type))
+        columns.append(column)
+    if problems:
+        raise SchemaMismatchError(
+            f"WRITE to {txn.table} (version {txn.read_version}): the data does not fit the "
+            "table's schema:\n - " + "\n - ".join(problems) + f"\nTable schema: {schema}"
+        )
+    return pa.Table.from_arrays(columns, schema=pa.schema([f.with_metadata(None) for f in schema]))
+
+
+def _widens(given: pa.DataType, target: pa.DataType) -> bool:
+    """Whether `given` values store in a `target` column without loss (or, for timestamps,
+    with Delta's microsecond precision)."""
+    if pa.types.is_null(given) or same_family(given, target):
+        return True
+    for kind in (pa.types.is_signed_integer, pa.types.is_floating):
+        if kind(given) and kind(target):
+            return bool(given.bit_width <= target.bit_width)
+    if pa.types.is_timestamp(given) and pa.types.is_timestamp(target):
+        return (given.tz is None) == (target.tz is None)
+    return False
+
+
+def _row_filler(
+    txn: OptimisticTransaction, identity: IdentityValues
+) -> Callable[[pa.Table], pa.Table]:
+    """A function completing and checking a slice of rows before it is written: identity values
+    handed out (by `identity`), generated columns computed, invariants and CHECK constraints
+    checked."""
+    metadata = txn.metadata
+    fields = {f["name"]: f for f in json.loads(metadata.schema_string or "{}")["fields"]}
+    try:
+        generated = parse_generated_columns(generated_columns(metadata), fields)
+        checks = RowChecks.of(metadata)
+    except InvalidPredicateError as exc:
+        raise UnsupportedCommandError(
+            f"WRITE to {txn.table}: the engine does not evaluate a generated column or a "
+            f"constraint of the table ({exc}); write with Spark (airflow_delta.spark.write_delta)."
+        ) from None
+    context = f"Table {txn.table}: nothing written (it stays at version {txn.read_version})"
+
+    def fill(rows: pa.Table) -> pa.Table:
+        if identity:
+            rows = identity.fill(rows)
+        if generated:
+            rows = generate_checked(rows, generated, context)
+        if checks:
+            checks.check(rows, context)
+        return rows
+
+    return fill
+
+
+def write_metrics(adds: Sequence[AddFile], removed: Sequence[AddFile] | None) -> dict[str, int]:
+    """Delta's WRITE metrics; the removed files' only for an overwrite."""
+    metrics = {
+        "numFiles": len(adds),
+        "numOutputRows": sum(a.num_records or 0 for a in adds),
+        "numOutputBytes": sum(a.size for a in adds),
+    }
+    if removed is not None:
+        metrics["numRemovedFiles"] = len(removed)
+        metrics["numRemovedBytes"] = sum(f.size for f in removed)
+    return metrics
