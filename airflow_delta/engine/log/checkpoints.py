@@ -141,7 +141,8 @@ def _read_parquet_actions(
     store: LogStore, path: str, pf: pq.ParquetFile, columns: list[str]
 ) -> pa.Table:
     try:
-        return pf.read(columns=columns, use_threads=True)
+        threads = pf.metadata.num_rows > THREADED_ROWS
+        return pf.read(columns=columns, use_threads=threads)
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException) as exc:
@@ -255,6 +256,9 @@ def read_checkpoint(store: LogStore, log_path: str, files: Sequence[FileStatus])
 
 #: Rows per piece when a checkpoint's file actions are streamed (see `read_in_batches`).
 READ_BATCH_ROWS = 8192
+#: Checkpoint files of more rows are decoded on pyarrow's threads; smaller ones on the calling
+#: thread, which is cheaper for them (RESTORE of a 1,000-file table reads two: 1 ms less).
+THREADED_ROWS = 5_000
 
 
 @dataclass
@@ -320,7 +324,8 @@ class _CheckpointFileActions:
 
 
 def _read_in_batches(path: str, pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
-    batches = pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns, use_threads=True)
+    threads = pf.metadata.num_rows > THREADED_ROWS
+    batches = pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns, use_threads=threads)
     while True:
         try:
             batch = next(batches, None)
