@@ -22,7 +22,10 @@ class DeltaWriteOperator(DeltaCommitOperator):
     """Write a source's rows to the Delta table at `table_uri` (created when missing).
 
     Arguments of the source, the connections, conflicts, hooks and exactly-once: see
-    `DeltaCommitOperator`.
+    `DeltaCommitOperator`. A source callable returning Arrow data (a pyarrow Table, pandas or
+    polars through Arrow) is written in process by the engine (`engine.write_table`, no Spark)
+    unless the write needs Spark (replace_where, dynamic partition overwrite, merge_schema,
+    overwrite_schema); XCom `executor` says which ran.
 
     :param mode: "append" (default), "overwrite", "error" (fail when the table exists) or
         "ignore" (do nothing when it exists).
@@ -56,6 +59,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
         "replace_where",
     )
     operation = "WRITE"
+    accepts_arrow = True
 
     def __init__(
         self,
@@ -119,9 +123,25 @@ class DeltaWriteOperator(DeltaCommitOperator):
         partition_by = self.partition_by
         if isinstance(partition_by, str):  # a rendered template: "day" or "day, country"
             partition_by = [c.strip() for c in partition_by.split(",") if c.strip()]
+        source = self.read_source(spark, context)
+        if not hasattr(source, "sparkSession"):  # Arrow data from the source callable
+            spark_only = self.replace_where or self.merge_schema or self.overwrite_schema
+            if not spark_only and self.partition_overwrite_mode == "static":
+                from airflow_delta.engine.commands.write import write_table
+
+                self.executor = "in-process"
+                return write_table(
+                    txn,
+                    source,
+                    mode="error" if self.mode == "errorifexists" else self.mode,
+                    partition_by=list(partition_by) if partition_by else None,
+                    configuration=self.table_properties or None,
+                    target_file_size=self.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+                )
+            source = spark.session().createDataFrame(source)
         self.executor = "spark"
         return write_delta(
-            self.read_source(spark, context),
+            source,
             txn,
             mode=cast("WriteMode", self.mode),
             partition_by=list(partition_by) if partition_by else None,

@@ -64,7 +64,7 @@ def _arrow_orders(ids: range, factor: int) -> Any:
 
 
 def arrow_rows(spark: Any, context: Any) -> Any:
-    """Ten rows as a pyarrow Table (the write turns them into a DataFrame)."""
+    """Ten rows as a pyarrow Table (written in process by the engine: no JVM for the write)."""
     return _arrow_orders(range(10), 10)
 
 

@@ -50,15 +50,16 @@ def test_merge_clauses_can_be_a_builder_callable() -> None:
     ]
 
 
-@pytest.mark.usefixtures("airflow_db", "spark")
-def test_arrow_sources_merge_in_process() -> None:
-    """A source callable returning a pyarrow Table: the write converts it to a DataFrame, the
-    MERGE runs in process (the engine's pyarrow MERGE) and the XCom says so."""
+@pytest.mark.usefixtures("airflow_db")
+def test_arrow_sources_write_and_merge_in_process() -> None:
+    """Source callables returning pyarrow Tables: the write (`engine.write_table`) and the MERGE
+    (the engine's pyarrow MERGE) run in process, with no Spark session, and the XComs say so."""
     uri = fresh_table("arrow_events")
     dag_run = load_dag("t_arrow_merge").test()
     assert task_states(dag_run) == {"write": "success", "merge": "success"}
     write = xcoms(dag_run, "write")["return_value"]
-    assert (write["version"], write["executor"]) == (0, "spark")
+    assert (write["version"], write["executor"]) == (0, "in-process")
+    assert write["metrics"]["numOutputRows"] == 10
     merged = xcoms(dag_run, "merge")["return_value"]
     assert (merged["version"], merged["executor"]) == (1, "in-process")
     assert merged["metrics"]["numTargetRowsUpdated"] == 2
