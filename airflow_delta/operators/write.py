@@ -24,8 +24,8 @@ class DeltaWriteOperator(DeltaCommitOperator):
     Arguments of the source, the connections, conflicts, hooks and exactly-once: see
     `DeltaCommitOperator`. A source callable returning Arrow data (a pyarrow Table, pandas or
     polars through Arrow) is written in process by the engine (`engine.write_table`, no Spark)
-    unless the write needs Spark (replace_where, dynamic partition overwrite, merge_schema,
-    overwrite_schema); XCom `executor` says which ran.
+    unless the write changes the schema (merge_schema, overwrite_schema: Spark); XCom
+    `executor` says which ran.
 
     :param mode: "append" (default), "overwrite", "error" (fail when the table exists) or
         "ignore" (do nothing when it exists).
@@ -125,8 +125,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
             partition_by = [c.strip() for c in partition_by.split(",") if c.strip()]
         source = self.read_source(spark, context)
         if not hasattr(source, "sparkSession"):  # Arrow data from the source callable
-            spark_only = self.replace_where or self.merge_schema or self.overwrite_schema
-            if not spark_only and self.partition_overwrite_mode == "static":
+            if not (self.merge_schema or self.overwrite_schema):
                 from airflow_delta.engine.commands.write import write_table
 
                 self.executor = "in-process"
@@ -137,6 +136,8 @@ class DeltaWriteOperator(DeltaCommitOperator):
                     partition_by=list(partition_by) if partition_by else None,
                     configuration=self.table_properties or None,
                     target_file_size=self.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+                    replace_where=self.replace_where or None,
+                    partition_overwrite_mode=self.partition_overwrite_mode,
                 )
             source = spark.session().createDataFrame(source)
         self.executor = "spark"

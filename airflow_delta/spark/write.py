@@ -45,13 +45,14 @@ from airflow_delta.engine.commands.data_files import (
     cdc_files,
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
-from airflow_delta.engine.commands.write import write_metrics
+from airflow_delta.engine.commands.write import partitions_predicate, write_metrics
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     MetadataChangedException,
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
+from airflow_delta.engine.expressions.constraints import replace_where_constraint
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
@@ -62,7 +63,6 @@ from airflow_delta.spark.constraints import (
     Constraint,
     fill_generated_columns,
     identity_high_water_marks,
-    referenced_columns,
     table_constraints,
 )
 from airflow_delta.spark.native_write import native_enabled, native_refusal, write_native
@@ -442,26 +442,6 @@ def _prepare_metadata(
             txn.update_metadata(txn.metadata.with_schema(widened))
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | None:
-    """A predicate selecting exactly the partitions `adds` wrote to (None for none)."""
-    columns, keys_in_files = metadata.partition_columns, metadata.physical_partition_columns
-    keys = sorted({tuple(a.partition_values.get(c) for c in keys_in_files) for a in adds}, key=str)
-    terms = [
-        " AND ".join(
-            f"{quote_identifier(c)} IS NULL"
-            if v is None
-            else f"{quote_identifier(c)} = {_sql_string(v)}"
-            for c, v in zip(columns, key, strict=True)
-        )
-        for key in keys
-    ]
-    return " OR ".join(f"({t})" for t in terms) if terms else None
-
-
 WriteMode = Literal["append", "overwrite", "error", "errorifexists", "ignore"]
 
 
@@ -580,7 +560,7 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
         native=True,
     )
     if dynamic:
-        predicate = _partitions_predicate(txn.metadata, adds)
+        predicate = partitions_predicate(txn.metadata, adds)
         removed = txn.filter_files(predicate) if predicate is not None else []
     now = int(time.time() * 1000)
     actions: list[Any] = [*(f.remove(now) for f in removed), *adds]
@@ -643,12 +623,4 @@ def _replace_where_constraints(
     if replace_where is None:
         return []
     names = [f["name"] for f in json.loads(txn.metadata.schema_string or "{}")["fields"]]
-    return [
-        Constraint(
-            "replaceWhere",
-            replace_where,
-            "Written data does not conform to partial table overwrite condition or "
-            f"constraint '{replace_where}'.\nCHECK replaceWhere ({replace_where})",
-            referenced_columns(replace_where, names),
-        )
-    ]
+    return [replace_where_constraint(replace_where, names)]

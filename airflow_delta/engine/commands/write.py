@@ -49,8 +49,9 @@ from airflow_delta.engine.errors import (
     TableAlreadyExistsError,
     UnsupportedCommandError,
 )
-from airflow_delta.engine.expressions.constraints import RowChecks
+from airflow_delta.engine.expressions.constraints import RowChecks, replace_where_constraint
 from airflow_delta.engine.expressions.generated import generate_checked, parse_generated_columns
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.identity import check_no_explicit_identity, generated_columns
@@ -75,6 +76,8 @@ def write_table(
     storage_options: Mapping[str, str] | None = None,
     commit_properties: CommitProperties | None = None,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    replace_where: str | None = None,
+    partition_overwrite_mode: str = "static",
 ) -> CommitResult:
     """Write the Arrow `data` to the Delta table at `table` (a URI, or a transaction already
     started on it) in one commit; its `CommitResult` (version None when skipped: `ignore` on an
@@ -84,6 +87,9 @@ def write_table(
     row), `error` (refuses an existing table: TableAlreadyExistsError) or `ignore` (writes
     nothing to an existing table). `partition_by` and `configuration` (table properties) apply
     to a new table; `partition_by` given for an existing one must be its partition columns.
+    With `overwrite`, `replace_where` (SQL over partition columns) replaces only the files it
+    selects, and every row written must satisfy it (ConstraintViolationError); and
+    `partition_overwrite_mode="dynamic"` replaces only the partitions the data writes to.
 
     Example: `write_table(uri, pa.table({"id": [1, 2]}), mode="overwrite").version`.
     """
@@ -91,6 +97,7 @@ def write_table(
         raise ValueError(
             f"WRITE to {table}: mode must be one of {sorted(_SAVE_MODES)}, not {mode!r}"
         )
+    _check_overwrite_options(table, mode, replace_where, partition_overwrite_mode)
     rows = arrow_table(data)
     if rows is None:
         raise TypeError(f"WRITE to {table}: the data must be Arrow data, not {type(data).__name__}")
@@ -116,7 +123,7 @@ def write_table(
     check_no_explicit_identity(metadata, rows.column_names, txn.table)
     rows = _conformed(rows, metadata.schema, txn)
     identity = IdentityValues(metadata, txn.table)
-    fill = _row_filler(txn, identity)
+    fill = _row_filler(txn, identity, replace_where)
     tasks = [
         functools.partial(fill, rows.slice(offset, ROWS_PER_TASK))
         for offset in range(0, rows.num_rows, ROWS_PER_TASK)
@@ -125,11 +132,18 @@ def write_table(
     adds = write_tasks(txn, tasks, not_null, "WRITE", target_file_size=target_file_size)
     txn.identity_high_water_marks.update(identity.marks())
     removed: list[AddFile] = []
+    dynamic = partition_overwrite_mode == "dynamic" and bool(metadata.partition_columns)
     if mode == "overwrite" and txn.read_version >= 0:
-        removed = txn.filter_files()  # every file: the write conflicts with any change
+        replaced = partitions_predicate(metadata, adds) if dynamic else replace_where
+        if not dynamic or replaced is not None:  # replaced whole: partition columns only
+            removed = txn.filter_files(replaced, data_skipping=False)
         txn.changes_from_files = True  # whole files replaced: CDF readers take their rows
     now = int(time.time() * 1000)
     parameters = {"mode": _SAVE_MODES[mode], "partitionBy": json.dumps(metadata.partition_columns)}
+    if replace_where is not None:
+        parameters["predicate"] = replace_where
+    if dynamic:
+        parameters["partitionOverwriteMode"] = "dynamic"
     metrics = write_metrics(adds, removed if mode == "overwrite" else None)
     operation = Operation("WRITE", parameters, metrics)
     return txn.commit([*(f.remove(now) for f in removed), *adds], operation)
@@ -157,6 +171,25 @@ def _create(
         created_time=int(time.time() * 1000),
     )
     txn.update_metadata_for_new_table(metadata.with_schema(json.loads(schema_to_json(schema))))
+
+
+def _check_overwrite_options(
+    table: Any, mode: str, replace_where: str | None, partition_overwrite_mode: str
+) -> None:
+    if partition_overwrite_mode not in ("static", "dynamic"):
+        raise ValueError(
+            f"WRITE to {table}: partition_overwrite_mode must be 'static' or 'dynamic', not "
+            f"{partition_overwrite_mode!r}"
+        )
+    dynamic = partition_overwrite_mode == "dynamic"
+    if (replace_where is not None or dynamic) and mode != "overwrite":
+        raise ValueError(
+            f"WRITE to {table}: replace_where and dynamic partition overwrite need mode='overwrite'"
+        )
+    if replace_where is not None and dynamic:
+        raise ValueError(
+            f"WRITE to {table}: replace_where and dynamic partition overwrite exclude each other"
+        )
 
 
 def _check_partitioning(txn: OptimisticTransaction, partition_by: Sequence[str] | None) -> None:
@@ -217,20 +250,22 @@ def _widens(given: pa.DataType, target: pa.DataType) -> bool:
 
 
 def _row_filler(
-    txn: OptimisticTransaction, identity: IdentityValues
+    txn: OptimisticTransaction, identity: IdentityValues, replace_where: str | None
 ) -> Callable[[pa.Table], pa.Table]:
     """A function completing and checking a slice of rows before it is written: identity values
-    handed out (by `identity`), generated columns computed, invariants and CHECK constraints
-    checked."""
+    handed out (by `identity`), generated columns computed, invariants, CHECK constraints and
+    `replace_where` checked."""
     metadata = txn.metadata
     fields = {f["name"]: f for f in json.loads(metadata.schema_string or "{}")["fields"]}
+    extra = [replace_where_constraint(replace_where, list(fields))] if replace_where else []
     try:
         generated = parse_generated_columns(generated_columns(metadata), fields)
-        checks = RowChecks.of(metadata)
+        checks = RowChecks.of(metadata, extra)
     except InvalidPredicateError as exc:
         raise UnsupportedCommandError(
-            f"WRITE to {txn.table}: the engine does not evaluate a generated column or a "
-            f"constraint of the table ({exc}); write with Spark (airflow_delta.spark.write_delta)."
+            f"WRITE to {txn.table}: the engine does not evaluate a generated column, a "
+            f"constraint of the table or replace_where ({exc}); write with Spark "
+            "(airflow_delta.spark.write_delta)."
         ) from None
     context = f"Table {txn.table}: nothing written (it stays at version {txn.read_version})"
 
@@ -257,3 +292,23 @@ def write_metrics(adds: Sequence[AddFile], removed: Sequence[AddFile] | None) ->
         metrics["numRemovedFiles"] = len(removed)
         metrics["numRemovedBytes"] = sum(f.size for f in removed)
     return metrics
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | None:
+    """A predicate selecting exactly the partitions `adds` wrote to (None for none)."""
+    columns, keys_in_files = metadata.partition_columns, metadata.physical_partition_columns
+    keys = sorted({tuple(a.partition_values.get(c) for c in keys_in_files) for a in adds}, key=str)
+    terms = [
+        " AND ".join(
+            f"{quote_identifier(c)} IS NULL"
+            if v is None
+            else f"{quote_identifier(c)} = {_sql_string(v)}"
+            for c, v in zip(columns, key, strict=True)
+        )
+        for key in keys
+    ]
+    return " OR ".join(f"({t})" for t in terms) if terms else None

@@ -119,6 +119,18 @@ def shown_value(value: Any) -> str:
     return text if len(text) <= 100 else text[:100] + "..."
 
 
+def replace_where_constraint(predicate: str, names: Sequence[str]) -> Constraint:
+    """The check that every row an overwrite with replaceWhere `predicate` writes satisfies
+    it (`names`: the table's columns), with delta-spark's message."""
+    return Constraint(
+        "replaceWhere",
+        predicate,
+        "Written data does not conform to partial table overwrite condition or "
+        f"constraint '{predicate}'.\nCHECK replaceWhere ({predicate})",
+        referenced_columns(predicate, names),
+    )
+
+
 def violated_by(check: Constraint, row: Mapping[str, Any], names: Mapping[str, str]) -> str:
     """The message of `check` broken by `row` (column -> value; a column under another name in
     `row` is given in `names`), showing the check's columns as SQL values."""
@@ -134,13 +146,13 @@ class RowChecks:
     checks: tuple[tuple[Constraint, Expr, tuple[str, ...]], ...] = ()
 
     @classmethod
-    def of(cls, metadata: Metadata) -> RowChecks:
-        """The table's checks; InvalidPredicateError for one the evaluator does not evaluate
-        (a function it lacks, a nested column): Spark checks those."""
+    def of(cls, metadata: Metadata, extra: Sequence[Constraint] = ()) -> RowChecks:
+        """The table's checks and the `extra` ones; InvalidPredicateError for one the evaluator
+        does not evaluate (a function it lacks, a nested column): Spark checks those."""
         fields = json.loads(metadata.schema_string or '{"fields": []}')["fields"]
         columns = {f["name"]: f["type"] for f in fields if isinstance(f["type"], str)}
         parsed = []
-        for check in table_constraints(metadata):
+        for check in [*table_constraints(metadata), *extra]:
             if check.name.startswith("NOT NULL("):
                 continue
             expr, used = parse_value(check.expression, columns)

@@ -174,3 +174,36 @@ def test_overwrite_of_a_change_data_feed_table(tmp_path: Path) -> None:
         )
     )
     assert kinds == [(0, "delete"), (1, "delete"), (2, "delete"), (7, "insert")]
+
+
+def test_replace_where_replaces_the_partitions_it_selects(tmp_path: Path) -> None:
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    first = batch(range(6))  # p = 'b' for even ids, 'a' for odd
+    write_table(ours, first, partition_by=["p"])
+    write_deltalake(theirs, first, partition_by=["p"])
+    new = batch([10, 12], p=["b", "b"])
+    result = write_table(ours, new, mode="overwrite", replace_where="p = 'b'")
+    write_deltalake(theirs, new, mode="overwrite", predicate="p = 'b'")
+    assert engine_rows(ours) == deltalake_rows(theirs)
+    assert sorted(r[0] for r in engine_rows(ours)) == [1, 3, 5, 10, 12]
+    assert result.metrics["numRemovedFiles"] == 1
+    (last, *_) = DeltaLog.for_table(ours).history()
+    assert last["operationParameters"]["predicate"] == "p = 'b'"
+    version = DeltaLog.for_table(ours).update().version
+    outside = batch([20, 21])  # 21 lands in partition a
+    with pytest.raises(ConstraintViolationError, match="does not conform to partial table"):
+        write_table(ours, outside, mode="overwrite", replace_where="p = 'b'")
+    assert DeltaLog.for_table(ours).update().version == version
+    with pytest.raises(ValueError, match="need mode='overwrite'"):
+        write_table(ours, outside, replace_where="p = 'b'")
+
+
+def test_dynamic_partition_overwrite(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_table(uri, batch(range(6)), partition_by=["p"])
+    write_table(
+        uri, batch([7, 9], p=["a", "a"]), mode="overwrite", partition_overwrite_mode="dynamic"
+    )
+    assert sorted(r[0] for r in engine_rows(uri)) == [0, 2, 4, 7, 9]  # partition b untouched
+    (last, *_) = DeltaLog.for_table(uri).history()
+    assert last["operationParameters"]["partitionOverwriteMode"] == "dynamic"
