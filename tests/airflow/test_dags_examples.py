@@ -105,3 +105,29 @@ def test_nightly_maintenance_optimizes_checkpoints_and_vacuums() -> None:
     parquet = [p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts]
     assert len(parquet) == 4  # the replaced files are gone
     assert read_rows(uri) == before
+
+
+@pytest.mark.usefixtures("airflow_db", "no_spark")
+def test_events_ingest_replaces_the_run_day_without_spark() -> None:
+    """Two runs of one day and one of the next: the table holds each day's events once, written
+    in process (no Spark session), each run replacing its own partition only."""
+    uri = str(TABLES_ROOT / "demo" / "tables" / "events")
+    shutil.rmtree(uri, ignore_errors=True)
+    dag = load_dag("delta_events_ingest")
+    days = [dt.datetime(2026, 1, d, tzinfo=dt.UTC) for d in (5, 5, 6)]
+    results = []
+    for day in days:
+        dag_run = dag.test(logical_date=day)
+        assert task_states(dag_run) == {"ingest": "success"}
+        results.append(xcoms(dag_run, "ingest")["return_value"])
+    assert [r["executor"] for r in results] == ["in-process"] * 3
+    assert [r["version"] for r in results] == [0, 1, 2]
+    assert results[1]["metrics"]["numRemovedFiles"] == 1  # the day's earlier file, replaced
+    assert results[2]["metrics"]["numRemovedFiles"] == 0  # the 5th is not touched
+    table = DeltaTable(uri).to_pyarrow_table()
+    per_day: dict[Any, int] = {}
+    for day in table.column("event_date").to_pylist():
+        per_day[day] = per_day.get(day, 0) + 1
+    assert per_day == {dt.date(2026, 1, 5): 500, dt.date(2026, 1, 6): 500}
+    assert len(set(table.column("event_id").to_pylist())) == 1000
+    assert DeltaLog.for_table(uri).update().log_segment.checkpoint_version == 2

@@ -23,3 +23,4 @@ def _example(name: str) -> object:
 
 
 delta_nightly_maintenance = _example("delta_nightly_maintenance")
+delta_events_ingest = _example("delta_events_ingest")
