@@ -44,6 +44,7 @@ from airflow_delta.engine.commands.data_reader import conform, plain_table, same
 from airflow_delta.engine.commands.identity_values import IdentityValues
 from airflow_delta.engine.commands.merge import arrow_table
 from airflow_delta.engine.errors import (
+    InvalidCommitError,
     InvalidPredicateError,
     SchemaMismatchError,
     TableAlreadyExistsError,
@@ -53,6 +54,7 @@ from airflow_delta.engine.expressions.constraints import RowChecks, replace_wher
 from airflow_delta.engine.expressions.generated import generate_checked, parse_generated_columns
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
+from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.identity import check_no_explicit_identity, generated_columns
 from airflow_delta.engine.protocol.schema import schema_to_json
@@ -117,6 +119,11 @@ def write_table(
             return txn.result(None, skipped)
         _check_partitioning(txn, partition_by)
         check_writer_support(txn.protocol, txn.table, txn.metadata)
+        if mode == "overwrite" and TableConfig(txn.metadata.configuration).append_only:
+            raise InvalidCommitError(
+                f"WRITE to {txn.table}: the table is append-only (delta.appendOnly=true), so an "
+                "overwrite is refused before anything is written; append, or unset the property."
+            )
     else:
         _create(txn, rows.schema, columns, configuration)
     metadata = txn.metadata

@@ -22,6 +22,7 @@ from airflow_delta.engine import CommitProperties, DeltaLog, SetTransaction, wri
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
     IdentityColumnError,
+    InvalidCommitError,
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
@@ -115,6 +116,16 @@ def test_schema_is_matched_by_name_and_widened(tmp_path: Path) -> None:
     assert "column id: double does not widen to int64" in message
     with pytest.raises(SchemaMismatchError, match="partitioned by"):
         write_table(uri, batch([1]), partition_by=["s"])
+
+
+def test_an_append_only_table_refuses_an_overwrite_before_writing(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_table(uri, batch([1]), configuration={"delta.appendOnly": "true"})
+    files = sorted(p.name for p in Path(uri).rglob("*.parquet"))
+    with pytest.raises(InvalidCommitError, match="append-only"):
+        write_table(uri, batch([2]), mode="overwrite")
+    assert sorted(p.name for p in Path(uri).rglob("*.parquet")) == files  # no orphan
+    assert write_table(uri, batch([2])).version == 1
 
 
 def test_app_transactions_make_a_retried_write_land_once(tmp_path: Path) -> None:
