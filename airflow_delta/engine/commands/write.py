@@ -117,13 +117,7 @@ def write_table(
             )
         if mode == "ignore":
             return txn.result(None, skipped)
-        _check_partitioning(txn, partition_by)
-        check_writer_support(txn.protocol, txn.table, txn.metadata)
-        if mode == "overwrite" and TableConfig(txn.metadata.configuration).append_only:
-            raise InvalidCommitError(
-                f"WRITE to {txn.table}: the table is append-only (delta.appendOnly=true), so an "
-                "overwrite is refused before anything is written; append, or unset the property."
-            )
+        _check_existing(txn, mode, partition_by)
     else:
         _create(txn, rows.schema, columns, configuration)
     metadata = txn.metadata
@@ -196,6 +190,19 @@ def _check_overwrite_options(
     if replace_where is not None and dynamic:
         raise ValueError(
             f"WRITE to {table}: replace_where and dynamic partition overwrite exclude each other"
+        )
+
+
+def _check_existing(
+    txn: OptimisticTransaction, mode: str, partition_by: Sequence[str] | None
+) -> None:
+    """Refuse a write an existing table cannot take, before any file is written."""
+    _check_partitioning(txn, partition_by)
+    check_writer_support(txn.protocol, txn.table, txn.metadata)
+    if mode == "overwrite" and TableConfig(txn.metadata.configuration).append_only:
+        raise InvalidCommitError(
+            f"WRITE to {txn.table}: the table is append-only (delta.appendOnly=true), so an "
+            "overwrite is refused before anything is written; append, or unset the property."
         )
 
 
