@@ -63,6 +63,7 @@ from airflow_delta.engine.commands.command_transaction import (
 )
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
 from airflow_delta.engine.commands.deletion_vector_files import deletion_vectors_enabled
+from airflow_delta.engine.commands.dml import update_assignments
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
@@ -414,20 +415,7 @@ def _assignments(txn: OptimisticTransaction, set: Mapping[str, str]) -> dict[str
     """`set` by the table's column names (matched without regard to case, backquotes taken
     off); ValueError for an unknown or twice assigned column, IdentityColumnError for an
     identity column."""
-    names = [f.name for f in txn.metadata.schema]
-    by_lower = {name.lower(): name for name in names}
-    assigned: dict[str, str] = {}
-    for key, sql in set.items():
-        name = key.strip()
-        if len(name) > 1 and name[0] == name[-1] == "`":
-            name = name[1:-1].replace("``", "`")
-        column = by_lower.get(name.lower())
-        if column is None or column in assigned:
-            problem = "is not a column of" if column is None else "is assigned twice in"
-            raise ValueError(
-                f"UPDATE of {txn.table}: {key!r} {problem} the table (columns: {', '.join(names)})"
-            )
-        assigned[column] = sql
+    assigned = update_assignments(txn.table, [f.name for f in txn.metadata.schema], set)
     for identity in identity_columns(txn.metadata):
         if identity.name in assigned:
             raise IdentityColumnError(

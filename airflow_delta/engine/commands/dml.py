@@ -42,7 +42,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -547,20 +547,9 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
     (every row without a mask); ValueError for an unknown column, UnsupportedCommandError for
     an expression the engine does not evaluate."""
     table = plan.txn.table
-    by_lower = {name.lower(): name for name in plan.schema.names}
     types = _column_types(plan.txn)
     parsed: dict[str, tuple[Expr, list[str]]] = {}
-    for key, sql in assignments.items():
-        name = key.strip()
-        if len(name) > 1 and name[0] == name[-1] == "`":
-            name = name[1:-1].replace("``", "`")
-        column = by_lower.get(name.lower())
-        if column is None or column in parsed:
-            problem = "is not a column of" if column is None else "is assigned twice in"
-            raise ValueError(
-                f"UPDATE of {table}: {key!r} {problem} the table (columns: "
-                f"{', '.join(plan.schema.names)})"
-            )
+    for column, sql in update_assignments(table, plan.schema.names, assignments).items():
         try:
             expr, used = parse_value(sql, types)
         except InvalidPredicateError as exc:
@@ -597,6 +586,27 @@ def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
         return rows
 
     return assign
+
+
+def update_assignments(
+    table: str, names: Sequence[str], assignments: Mapping[str, str]
+) -> dict[str, str]:
+    """`assignments` keyed by the table's column `names` (matched without regard to case,
+    backquotes taken off); ValueError naming an unknown or twice-assigned column."""
+    by_lower = {name.lower(): name for name in names}
+    assigned: dict[str, str] = {}
+    for key, sql in assignments.items():
+        name = key.strip()
+        if len(name) > 1 and name[0] == name[-1] == "`":
+            name = name[1:-1].replace("``", "`")
+        column = by_lower.get(name.lower())
+        if column is None or column in assigned:
+            problem = "is not a column of" if column is None else "is assigned twice in"
+            raise ValueError(
+                f"UPDATE of {table}: {key!r} {problem} the table (columns: {', '.join(names)})"
+            )
+        assigned[column] = sql
+    return assigned
 
 
 def _stored(value: Any, target: pa.Field, rows: int, table: str) -> Any:
