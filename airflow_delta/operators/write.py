@@ -23,9 +23,8 @@ class DeltaWriteOperator(DeltaCommitOperator):
 
     Arguments of the source, the connections, conflicts, hooks and exactly-once: see
     `DeltaCommitOperator`. A source callable returning Arrow data (a pyarrow Table, pandas or
-    polars through Arrow) is written in process by the engine (`engine.write_table`, no Spark)
-    unless the write changes the schema (merge_schema, overwrite_schema: Spark); XCom
-    `executor` says which ran.
+    polars through Arrow) is written in process by the engine (`engine.write_table`, no Spark);
+    XCom `executor` says which ran.
 
     :param mode: "append" (default), "overwrite", "error" (fail when the table exists) or
         "ignore" (do nothing when it exists).
@@ -118,28 +117,29 @@ class DeltaWriteOperator(DeltaCommitOperator):
         self, spark: SparkOnDemand, context: Context, txn: OptimisticTransaction
     ) -> CommitResult:
         from airflow_delta.engine.commands.data_files import DEFAULT_TARGET_FILE_SIZE
-        from airflow_delta.spark.write import write_delta
 
         partition_by = self.partition_by
         if isinstance(partition_by, str):  # a rendered template: "day" or "day, country"
             partition_by = [c.strip() for c in partition_by.split(",") if c.strip()]
         source = self.read_source(spark, context)
         if not hasattr(source, "sparkSession"):  # Arrow data from the source callable
-            if not (self.merge_schema or self.overwrite_schema):
-                from airflow_delta.engine.commands.write import write_table
+            from airflow_delta.engine.commands.write import write_table
 
-                self.executor = "in-process"
-                return write_table(
-                    txn,
-                    source,
-                    mode="error" if self.mode == "errorifexists" else self.mode,
-                    partition_by=list(partition_by) if partition_by else None,
-                    configuration=self.table_properties or None,
-                    target_file_size=self.target_file_size or DEFAULT_TARGET_FILE_SIZE,
-                    replace_where=self.replace_where or None,
-                    partition_overwrite_mode=self.partition_overwrite_mode,
-                )
-            source = spark.session().createDataFrame(source)
+            schema_mode = "merge" if self.merge_schema else None
+            self.executor = "in-process"
+            return write_table(
+                txn,
+                source,
+                mode="error" if self.mode == "errorifexists" else self.mode,
+                partition_by=list(partition_by) if partition_by else None,
+                configuration=self.table_properties or None,
+                target_file_size=self.target_file_size or DEFAULT_TARGET_FILE_SIZE,
+                replace_where=self.replace_where or None,
+                partition_overwrite_mode=self.partition_overwrite_mode,
+                schema_mode="overwrite" if self.overwrite_schema else schema_mode,
+            )
+        from airflow_delta.spark.write import write_delta
+
         self.executor = "spark"
         return write_delta(
             source,

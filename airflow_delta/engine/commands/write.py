@@ -29,6 +29,7 @@ One transaction (TransactionalWrite's writeFiles, then the commit):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -80,6 +81,7 @@ def write_table(
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     replace_where: str | None = None,
     partition_overwrite_mode: str = "static",
+    schema_mode: str | None = None,
 ) -> CommitResult:
     """Write the Arrow `data` to the Delta table at `table` (a URI, or a transaction already
     started on it) in one commit; its `CommitResult` (version None when skipped: `ignore` on an
@@ -92,6 +94,9 @@ def write_table(
     With `overwrite`, `replace_where` (SQL over partition columns) replaces only the files it
     selects, and every row written must satisfy it (ConstraintViolationError); and
     `partition_overwrite_mode="dynamic"` replaces only the partitions the data writes to.
+    `schema_mode="merge"` adds the data's new columns to the table (nullable; existing rows
+    read them as NULL); `schema_mode="overwrite"`, with `overwrite`, replaces the schema and the
+    partitioning by the data's and `partition_by`.
 
     Example: `write_table(uri, pa.table({"id": [1, 2]}), mode="overwrite").version`.
     """
@@ -99,7 +104,7 @@ def write_table(
         raise ValueError(
             f"WRITE to {table}: mode must be one of {sorted(_SAVE_MODES)}, not {mode!r}"
         )
-    _check_overwrite_options(table, mode, replace_where, partition_overwrite_mode)
+    _check_overwrite_options(table, mode, replace_where, partition_overwrite_mode, schema_mode)
     rows = arrow_table(data)
     if rows is None:
         raise TypeError(f"WRITE to {table}: the data must be Arrow data, not {type(data).__name__}")
@@ -109,17 +114,8 @@ def write_table(
     skipped = Operation("WRITE", {"mode": _SAVE_MODES[mode], "partitionBy": json.dumps(columns)})
     if txn.already_committed():
         return txn.result(None, skipped)
-    if txn.read_version >= 0:
-        if mode == "error":
-            raise TableAlreadyExistsError(
-                f"WRITE to {txn.table}: the table exists (version {txn.read_version}) and mode "
-                "is 'error'; use mode='append' or 'overwrite'."
-            )
-        if mode == "ignore":
-            return txn.result(None, skipped)
-        _check_existing(txn, mode, partition_by)
-    else:
-        _create(txn, rows.schema, columns, configuration)
+    if not _prepare_metadata(txn, mode, rows.schema, partition_by, configuration, schema_mode):
+        return txn.result(None, skipped)
     metadata = txn.metadata
     check_no_explicit_identity(metadata, rows.column_names, txn.table)
     rows = _conformed(rows, metadata.schema, txn)
@@ -132,13 +128,8 @@ def write_table(
     not_null = [f.name for f in metadata.schema if not f.nullable]
     adds = write_tasks(txn, tasks, not_null, "WRITE", target_file_size=target_file_size)
     txn.identity_high_water_marks.update(identity.marks())
-    removed: list[AddFile] = []
     dynamic = partition_overwrite_mode == "dynamic" and bool(metadata.partition_columns)
-    if mode == "overwrite" and txn.read_version >= 0:
-        replaced = partitions_predicate(metadata, adds) if dynamic else replace_where
-        if not dynamic or replaced is not None:  # replaced whole: partition columns only
-            removed = txn.filter_files(replaced, data_skipping=False)
-        txn.changes_from_files = True  # whole files replaced: CDF readers take their rows
+    removed = _replaced(txn, adds, replace_where, dynamic) if mode == "overwrite" else []
     now = int(time.time() * 1000)
     parameters = {"mode": _SAVE_MODES[mode], "partitionBy": json.dumps(metadata.partition_columns)}
     if replace_where is not None:
@@ -148,6 +139,49 @@ def write_table(
     metrics = write_metrics(adds, removed if mode == "overwrite" else None)
     operation = Operation("WRITE", parameters, metrics)
     return txn.commit([*(f.remove(now) for f in removed), *adds], operation)
+
+
+def _prepare_metadata(
+    txn: OptimisticTransaction,
+    mode: str,
+    given: pa.Schema,
+    partition_by: Sequence[str] | None,
+    configuration: Mapping[str, str] | None,
+    schema_mode: str | None,
+) -> bool:
+    """Create the table's metadata, or check, widen or replace the existing one as the write
+    asks; False when the write is skipped (`ignore` on an existing table)."""
+    if txn.read_version < 0:
+        _create(txn, given, list(partition_by or []), configuration)
+        return True
+    if mode == "error":
+        raise TableAlreadyExistsError(
+            f"WRITE to {txn.table}: the table exists (version {txn.read_version}) and mode "
+            "is 'error'; use mode='append' or 'overwrite'."
+        )
+    if mode == "ignore":
+        return False
+    if schema_mode == "overwrite":
+        _replace_schema(txn, given, list(partition_by or []))
+    else:
+        _check_existing(txn, mode, partition_by)
+    if schema_mode == "merge":
+        _merge_schema(txn, given)
+    return True
+
+
+def _replaced(
+    txn: OptimisticTransaction, adds: Sequence[AddFile], replace_where: str | None, dynamic: bool
+) -> list[AddFile]:
+    """The files an overwrite removes whole: every file, those `replace_where` selects (by
+    partition values), or those of the partitions `adds` wrote to (`dynamic`)."""
+    if txn.read_version < 0:
+        return []
+    txn.changes_from_files = True  # whole files replaced: CDF readers take their rows
+    predicate = partitions_predicate(txn.metadata, adds) if dynamic else replace_where
+    if dynamic and predicate is None:
+        return []  # nothing written: no partition replaced
+    return txn.filter_files(predicate, data_skipping=False)
 
 
 def _create(
@@ -175,8 +209,22 @@ def _create(
 
 
 def _check_overwrite_options(
-    table: Any, mode: str, replace_where: str | None, partition_overwrite_mode: str
+    table: Any,
+    mode: str,
+    replace_where: str | None,
+    partition_overwrite_mode: str,
+    schema_mode: str | None,
 ) -> None:
+    if schema_mode not in (None, "merge", "overwrite"):
+        raise ValueError(
+            f"WRITE to {table}: schema_mode must be None, 'merge' or 'overwrite', not "
+            f"{schema_mode!r}"
+        )
+    if schema_mode == "overwrite" and (mode != "overwrite" or replace_where is not None):
+        raise ValueError(
+            f"WRITE to {table}: schema_mode='overwrite' needs mode='overwrite' of the whole "
+            "table (no replace_where)"
+        )
     if partition_overwrite_mode not in ("static", "dynamic"):
         raise ValueError(
             f"WRITE to {table}: partition_overwrite_mode must be 'static' or 'dynamic', not "
@@ -191,6 +239,33 @@ def _check_overwrite_options(
         raise ValueError(
             f"WRITE to {table}: replace_where and dynamic partition overwrite exclude each other"
         )
+
+
+def _merge_schema(txn: OptimisticTransaction, given: pa.Schema) -> None:
+    """Add the columns of `given` the table lacks (nullable) to its schema, in their order."""
+    known = {n.lower() for n in txn.metadata.schema.names}
+    added = [f.with_nullable(True) for f in given if f.name.lower() not in known]
+    if not added:
+        return
+    schema = json.loads(txn.metadata.schema_string or "{}")
+    new = json.loads(schema_to_json(pa.schema(added)))["fields"]
+    txn.update_metadata(txn.metadata.with_schema({**schema, "fields": [*schema["fields"], *new]}))
+
+
+def _replace_schema(txn: OptimisticTransaction, given: pa.Schema, partition_by: list[str]) -> None:
+    """Replace the table's schema and partitioning by `given` and `partition_by` (an overwrite
+    of the whole table, so no existing row needs the old ones)."""
+    _check_existing(txn, "overwrite", None)
+    by_lower = {n.lower(): n for n in given.names}
+    missing = [c for c in partition_by if c.lower() not in by_lower]
+    if missing:
+        raise SchemaMismatchError(
+            f"WRITE to {txn.table}: partition columns {missing} are not columns of the data "
+            f"(columns: {', '.join(given.names)})"
+        )
+    columns = [by_lower[c.lower()] for c in partition_by]
+    replaced = dataclasses.replace(txn.metadata, partition_columns=columns)
+    txn.update_metadata(replaced.with_schema(json.loads(schema_to_json(given))))
 
 
 def _check_existing(

@@ -218,3 +218,42 @@ def test_dynamic_partition_overwrite(tmp_path: Path) -> None:
     assert sorted(r[0] for r in engine_rows(uri)) == [0, 2, 4, 7, 9]  # partition b untouched
     (last, *_) = DeltaLog.for_table(uri).history()
     assert last["operationParameters"]["partitionOverwriteMode"] == "dynamic"
+
+
+def test_schema_merge_adds_columns_as_deltalake_does(tmp_path: Path) -> None:
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    first = pa.table({"id": pa.array([1, 2], pa.int64()), "p": ["a", "b"]})
+    wider = pa.table(
+        {"id": pa.array([3], pa.int64()), "score": pa.array([0.5]), "p": ["a"], "tag": ["t"]}
+    )
+    write_table(ours, first, partition_by=["p"])
+    write_deltalake(theirs, first, partition_by=["p"])
+    with pytest.raises(SchemaMismatchError, match="column score is not in the table"):
+        write_table(ours, wider)
+    write_table(ours, wider, schema_mode="merge")
+    write_deltalake(theirs, wider, mode="append", schema_mode="merge")
+    ours_rows = DeltaTable(ours).to_pyarrow_table().sort_by("id")
+    assert ours_rows.column_names == ["id", "p", "score", "tag"]
+    assert (
+        ours_rows.to_pylist()
+        == DeltaTable(theirs)
+        .to_pyarrow_table()
+        .select(ours_rows.column_names)
+        .sort_by("id")
+        .to_pylist()
+    )
+
+
+def test_schema_overwrite_replaces_schema_and_partitioning(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_table(uri, batch(range(4)), partition_by=["p"])
+    new = pa.table({"key": ["x", "y"], "n": pa.array([1, 2], pa.int32())})
+    with pytest.raises(ValueError, match="needs mode='overwrite'"):
+        write_table(uri, new, schema_mode="overwrite")
+    write_table(uri, new, mode="overwrite", schema_mode="overwrite", partition_by=["key"])
+    snapshot = DeltaLog.for_table(uri).update()
+    assert snapshot.partition_columns == ["key"] and snapshot.schema.names == ["key", "n"]
+    assert DeltaTable(uri).to_pyarrow_table().sort_by("key").to_pylist() == [
+        {"key": "x", "n": 1},
+        {"key": "y", "n": 2},
+    ]
