@@ -1,7 +1,7 @@
 """The `airflow-delta` command: inspect and maintain Delta tables from a shell.
 
 Every subcommand prints compact JSON on stdout: one object (`describe`, `checkpoint`,
-`vacuum`, `delete`, `update`, `optimize`, `restore`) or JSON lines (`files`, `history`). On
+`vacuum`, `delete`, `update`, `optimize`, `restore`, `write`) or JSON lines (`files`, `history`). On
 failure the exit code is 1 and stderr holds exactly one line,
 ``error: <ExceptionClassName>: <message>``. Argument errors keep argparse's exit code 2.
 
@@ -18,8 +18,11 @@ Examples::
     airflow-delta update /data/orders --set "amount=amount * 2" --predicate "id = 7" --spark
     airflow-delta optimize /data/events --partition-filter "day = '2024-06-01'" --zorder-by user_id
     airflow-delta restore /data/events --version 12
+    airflow-delta write /data/events --source /landing/2024-06-01/ --mode overwrite \
+        --replace-where "day = '2024-06-01'"
 
-The commands that commit (`delete`, `update`, `optimize`, `restore`) print the commit's result:
+The commands that commit (`delete`, `update`, `optimize`, `restore`, `write`) print the
+commit's result:
 `{table, version, operation, skipped, read_version, attempts, conflicts_resolved, hooks,
 metrics}`; `version` is null and `skipped` true when there was nothing to change.
 """
@@ -303,6 +306,30 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return _emit_commit(result)
 
 
+def cmd_write(args: argparse.Namespace) -> int:
+    """Write the rows of --source (parquet, CSV or JSON lines files, read by pyarrow) to the
+    table, in process (`engine.write_table`)."""
+    import pyarrow.dataset as ds
+
+    from airflow_delta.engine import write_table
+
+    try:
+        data = ds.dataset(args.source, format=args.source_format).to_table()
+    except (FileNotFoundError, OSError) as exc:
+        raise FileNotFoundError(f"cannot read --source {args.source}: {exc}") from None
+    result = write_table(
+        args.uri,
+        data,
+        mode=args.mode,
+        partition_by=args.partition_by or None,
+        replace_where=args.replace_where,
+        schema_mode=args.schema_mode,
+        storage_options=dict(args.storage_options or []),
+        commit_properties=_commit_properties(args),
+    )
+    return _emit_commit(result)
+
+
 def _assignment(text: str) -> tuple[str, str]:
     """Parse one `COLUMN=SQL` assignment of `update --set` (a `quoted` column may hold `=`)."""
     text = text.strip()
@@ -473,6 +500,24 @@ def _add_table_commands(sub: Any) -> None:
     )
     _add_user_metadata(p)
     p.set_defaults(handler=cmd_restore)
+
+    p = sub.add_parser("write", help="write the rows of parquet/CSV/JSON files (in process)")
+    _add_common(p)
+    p.add_argument("--source", required=True, metavar="PATH", help="a file or a directory")
+    p.add_argument(
+        "--source-format",
+        choices=("parquet", "csv", "json"),
+        default="parquet",
+        help="format of the source files (default parquet)",
+    )
+    p.add_argument("--mode", choices=("append", "overwrite", "error", "ignore"), default="append")
+    p.add_argument(
+        "--partition-by", action="append", metavar="COLUMN", help="of a new table (repeatable)"
+    )
+    p.add_argument("--replace-where", metavar="SQL", help="with --mode overwrite: partitions")
+    p.add_argument("--schema-mode", choices=("merge", "overwrite"), help="evolve the schema")
+    _add_user_metadata(p)
+    p.set_defaults(handler=cmd_write)
 
 
 def _add_predicate(parser: argparse.ArgumentParser, verb: str) -> None:

@@ -197,3 +197,37 @@ def test_commands_in_a_process(table: str) -> None:
         [*cmd, "restore", table, "--version", "7"], env=env, capture_output=True, text=True
     )
     assert_error((bad.returncode, bad.stdout, bad.stderr), "ValueError")
+
+
+# -- write ---------------------------------------------------------------------------------------
+
+
+def test_write_appends_and_replaces_partitions_from_parquet_files(
+    run: Run, table: str, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(batch([100, 102], p=["b", "b"]), landing / "part-0.parquet")
+    out = ok_json(run, "write", table, "--source", str(landing))
+    assert (out["version"], out["operation"], out["metrics"]["numOutputRows"]) == (3, "WRITE", 2)
+    out = ok_json(
+        run, "write", table, "--source", str(landing), "--mode", "overwrite",
+        "--replace-where", "p = 'b'", "--user-metadata", "reload",
+    )  # fmt: skip
+    assert out["version"] == 4 and out["metrics"]["numRemovedFiles"] >= 1
+    kept = expected(DATA, lambda r: r["p"] == "a")
+    written = [(100, 0, "s1", "b"), (102, 2, "s0", "b")]
+    assert sorted(rows(table), key=str) == sorted([*kept, *written], key=str)
+    (last,) = DeltaLog.for_table(table).history(limit=1)
+    assert (last["operation"], last["userMetadata"]) == ("WRITE", "reload")
+
+
+def test_write_errors_follow_the_contract(run: Run, table: str, tmp_path: Path) -> None:
+    assert_error(run("write", table, "--source", str(tmp_path / "missing")), "FileNotFoundError")
+    import pyarrow.parquet as pq
+
+    pq.write_table(batch([1], p=["a"]).append_column("extra", [[1]]), tmp_path / "x.parquet")
+    result = run("write", table, "--source", str(tmp_path / "x.parquet"))
+    assert_error(result, "SchemaMismatchError")
