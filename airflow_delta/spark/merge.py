@@ -35,8 +35,9 @@
    commit's `CommitResult` (the version, with the metrics in `result.metrics`).
 
 Conditions and assignments are Spark SQL over the aliases (`s` and `t` by default). The source
-is evaluated several times (pruning values, the two joins, the row count): it must be
-deterministic. Only DataFrame APIs are used, so a Spark Connect session works too.
+is evaluated several times (one aggregate for the row count and a join column's bounds and
+distinct-value estimate, its distinct values when few, the two joins: `spark/merge_source.py`):
+it must be deterministic. Only DataFrame APIs are used, so a Spark Connect session works too.
 
 The source may also be Arrow data (a pyarrow Table, RecordBatchReader, or anything exporting an
 Arrow stream): the MERGE then runs in this process on pyarrow
@@ -61,7 +62,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.types import StructField
 
 from airflow_delta.engine import CommitProperties, DeltaLog, OptimisticTransaction
@@ -69,7 +69,6 @@ from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
 from airflow_delta.engine.commands.deletion_vector_files import deletion_vectors_enabled
 from airflow_delta.engine.commands.merge import (
     MATCHED,
-    MAX_PRUNING_VALUES,
     NOT_MATCHED,
     NOT_MATCHED_BY_SOURCE,
     MergeClause,
@@ -92,13 +91,20 @@ from airflow_delta.engine.protocol.identity import generated_columns, identity_c
 from airflow_delta.spark.constraints import check_no_explicit_identity
 from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
+from airflow_delta.spark.merge_source import (
+    IN_PROCESS_SOURCE_BYTES,
+    SourceFacts,
+    collect_small_source,
+)
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
-from airflow_delta.spark.write import NUMERIC_ORDER, write_change_files, write_files
+from airflow_delta.spark.write import write_change_files, write_files
 
 __all__ = [
+    "IN_PROCESS_SOURCE_BYTES",
     "DeltaMergeBuilder",
     "MergeClause",
     "MultipleSourceRowMatchingTargetRowInMergeError",
+    "collect_small_source",
     "merge_delta",
 ]
 
@@ -147,28 +153,23 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     _dvs = False
     #: Row tracking's materialized columns (a table with it enabled): the rows keep their ids.
     _tracking: RowTracking | None = None
+    #: The source DataFrame's row count and pruning values (`spark/merge_source.py`).
+    _facts: SourceFacts
+
+    def _many_source_values(self, name: str, delta_type: str) -> bool:
+        if not isinstance(self.source_df, DataFrame):
+            return super()._many_source_values(name, delta_type)
+        return self._facts.many(name, delta_type)
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         if not isinstance(self.source_df, DataFrame):
             return super()._source_values_of(name, delta_type)
-        found = [f for f in self.source_df.schema.fields if f.name.lower() == name]
-        if len(found) != 1 or found[0].dataType.jsonValue() != delta_type:
-            return None  # a cast would decide what matches: leave it to Spark
-        rows = (
-            self.source_df.select(F.col(quote_identifier(found[0].name)))
-            .distinct()
-            .limit(MAX_PRUNING_VALUES + 1)
-            .collect()
-        )
-        return [r[0] for r in rows]
+        return self._facts.values(name, delta_type)
 
     def _source_bounds_of(self, name: str, delta_type: str) -> tuple[Any, Any] | None:
         if not isinstance(self.source_df, DataFrame):
             return super()._source_bounds_of(name, delta_type)
-        (found,) = [f for f in self.source_df.schema.fields if f.name.lower() == name]
-        column = F.col(quote_identifier(found.name))
-        row = self.source_df.agg(F.min(column), F.max(column)).first()
-        return None if row is None or row[0] is None else (row[0], row[1])
+        return self._facts.bounds(name, delta_type)
 
     def _write(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         """In process when the source is Arrow data, or a small DataFrame of a local session
@@ -194,6 +195,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     def _write_spark(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         """Read the candidate files, write the changed rows on Spark; actions and metrics."""
         spark, snapshot = self.source_df.sparkSession, txn.snapshot
+        self._facts = SourceFacts(self.source_df)  # one job: row count, pruning bounds
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         target = scan_files(spark, snapshot, files)
         fields = target.schema.fields
@@ -205,7 +207,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         found = _Found(per_clause=[0] * len(modifying))
         if modifying:
-            identified = self._identified_rows(spark, snapshot, files)
+            identified = self._identified_rows(spark, snapshot, files, target)
             found = self._find_touched_files(source, identified, modifying)
         touched = files.filter(pc.is_in(files.field("path"), pa.array(found.paths, pa.string())))
         # change data files unless the MERGE only inserts (readers take its adds as inserts)
@@ -213,7 +215,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         dvs = None
         if self._dvs:  # the touched files keep their unmodified rows under a deletion vector
             dvs = file_changes(spark, txn, touched, found.modified, _FILE)
-        output = self._output_rows(source, target, snapshot, touched, found)
+        output = self._output_rows(source, target, snapshot, (touched, len(files)), found)
 
         def write() -> tuple[list[AddFile], list[AddCDCFile]]:
             if output is None:
@@ -228,7 +230,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         else:  # rows a DV leaves in place are not copied
             num_rows = sum(n for n, _ in found.modified.values())
         actions, metrics = self._metrics(
-            found.per_clause, touched, num_rows, adds, self.source_df.count()
+            found.per_clause, touched, num_rows, adds, self._facts.rows()
         )
         if dvs is not None:
             actions, metrics = with_deletion_vectors(actions, metrics, touched, dvs)
@@ -239,13 +241,15 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         source: DataFrame,
         target: DataFrame,
         snapshot: Snapshot,
-        touched: pa.StructArray,
+        files: tuple[pa.StructArray, int],
         found: _Found,
     ) -> DataFrame | None:
         """The rows to write (None: none): the touched files' rows after the MATCHED and NOT
         MATCHED BY SOURCE clauses (with deletion vectors, the modified ones only), and the
-        inserted source rows."""
+        inserted source rows. `files`: the touched files and the number of candidate files
+        (`target` reads those)."""
         spark, fields = source.sparkSession, target.schema.fields
+        touched, candidates = files
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
         inserting = [c for c in self.clauses if c.kind == NOT_MATCHED]
         keys: dict[str, Any] = {"row_tracking": self._tracking.names if self._tracking else None}
@@ -253,18 +257,23 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if duplicates:
             keys |= {"file_column": _FILE, "row_index_column": _ROW}
         outputs = []
+
+        def touched_rows() -> DataFrame:
+            if len(touched) == candidates and not duplicates and self._tracking is None:
+                return target  # every candidate file is touched: their scan, planned once
+            return scan_files(spark, snapshot, touched, **keys)
+
         if modifying and inserting and not duplicates and not found.untouched_matches:
             # every source row matching a candidate row matched one of the touched files: one
             # full outer join gives the updates, copies and inserts
             if len(touched):
-                rows = scan_files(spark, snapshot, touched, **keys)
-                rows = rows.withColumn(_TARGET, F.lit(True))
+                rows = touched_rows().withColumn(_TARGET, F.lit(True))
                 outputs.append(self._rewrite_all(source, rows, fields, modifying + inserting))
             else:
                 outputs.append(self._insert(source, None, fields, inserting))
         else:
             if len(touched):
-                rows = scan_files(spark, snapshot, touched, **keys)
+                rows = touched_rows()
                 outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
             if inserting:
                 outputs.append(self._insert(source, target, fields, inserting))
@@ -318,15 +327,16 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         )
 
     def _identified_rows(
-        self, spark: Any, snapshot: Any, files: pa.StructArray
+        self, spark: Any, snapshot: Any, files: pa.StructArray, target: DataFrame
     ) -> tuple[DataFrame, Callable[[Any], str]]:
         """The candidate rows with a file key (`_FILE`) and a row id (`_ROW`) unique in the
         query, and the function mapping a file key to the file's log path.
 
-        A plain scan (no partition values, no deletion vectors: no join inside) takes Spark's
-        own file name and a generated id, both computed while the file is read; otherwise, and
-        when the MERGE writes deletion vectors (which need each row's index in its file), the
-        scan attaches the log path and the row index itself.
+        A plain scan (`target`, the candidate files' scan, with no partition values and no
+        deletion vectors: no join inside) takes Spark's own file name and a generated id, both
+        computed while the file is read; otherwise, and when the MERGE writes deletion vectors
+        (which need each row's index in its file), the scan attaches the log path and the row
+        index itself.
         """
         plain = (
             not self._dvs
@@ -350,7 +360,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 )
             return by_uri[key]
 
-        rows = scan_files(spark, snapshot, files).select(
+        rows = target.select(
             "*",
             F.input_file_name().alias(_FILE),
             F.monotonically_increasing_id().alias(_ROW),
@@ -600,43 +610,6 @@ def merge_delta(
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-#: Source column types whose values `toArrow()` keeps as Spark compares and stores them
-#: (timestamps are converted through the session time zone: they stay on Spark).
-_COLLECTED_TYPES = (
-    *NUMERIC_ORDER,
-    *(T.DecimalType, T.BooleanType, T.StringType, T.BinaryType, T.DateType),
-)
-
-#: Spark conf: the largest DataFrame source, by Spark's estimate of its size in bytes, that a
-#: MERGE on a local session collects to run in process; 0 keeps every DataFrame MERGE on Spark.
-IN_PROCESS_SOURCE_BYTES = "spark.airflow_delta.merge.inProcessSourceBytes"
-DEFAULT_IN_PROCESS_SOURCE_BYTES = 64 * 1024 * 1024
-
-
-def collect_small_source(df: DataFrame) -> pa.Table | None:
-    """`df` as a pyarrow Table when the in-process MERGE should take it, else None.
-
-    Only on a classic session with a `local[...]` master, where the driver is the machine the
-    executors run on, and only when Spark's estimate of the source's size (its optimized plan's
-    statistics) is at most `IN_PROCESS_SOURCE_BYTES`. Collecting evaluates the source once; a
-    MERGE on Spark evaluates it several times. Column names equal but for case stay on Spark,
-    which resolves them, and so do sources with columns of other types than `_COLLECTED_TYPES`.
-    """
-    if type(df).__module__.startswith("pyspark.sql.connect"):
-        return None
-    spark = df.sparkSession
-    default = str(DEFAULT_IN_PROCESS_SOURCE_BYTES)
-    limit = int(spark.conf.get(IN_PROCESS_SOURCE_BYTES, default) or default)
-    if limit <= 0 or not (spark.sparkContext.master or "").startswith("local"):
-        return None
-    names = {c.lower() for c in df.columns}
-    if len(names) != len(df.columns):
-        return None
-    if not all(isinstance(f.dataType, _COLLECTED_TYPES) for f in df.schema.fields):
-        return None
-    estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-    return df.toArrow() if estimate <= limit else None
 
 
 def _first_clause(

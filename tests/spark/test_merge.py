@@ -387,6 +387,31 @@ def test_pruning_is_recorded(
     assert read_parts == parts_read
 
 
+@pytest.mark.parametrize(("keys", "listed"), [(25_000, False), (12_000, True)])
+def test_many_source_keys_prune_by_their_range(
+    spark: SparkSession, tmp_path: Path, keys: int, listed: bool
+) -> None:
+    """More than MAX_PRUNING_VALUES distinct keys prune by their range. One aggregate of the
+    source gives the range, numSourceRows and an estimate of the distinct keys: far above the
+    limit, the keys are never listed; near it, they are (and are too many)."""
+    uri = make_table(spark, tmp_path, BASE)
+    many = spark.range(3, 3 + keys).selectExpr("id", "'x' AS value", "'b' AS part")
+    calls: list[str] = []
+
+    class Counted(InterleavedMerge):
+        def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
+            calls.append(name)
+            return super()._source_values_of(name, delta_type)
+
+    merge = Counted(uri, many, "t.id = s.id", before_commit=lambda: None)
+    metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute().metrics
+    assert merge.txn is not None
+    assert [p.text for p in merge.txn.read_predicates] == [f"`id` BETWEEN 3 AND {keys + 2}"]
+    assert calls == (["id"] if listed else [])
+    assert metrics["numSourceRows"] == keys
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (3, keys - 3)
+
+
 @pytest.mark.parametrize("kind", ["spark", "arrow"])
 def test_a_missing_data_file_is_a_corrupt_log(spark: SparkSession, tmp_path: Path, kind: str):
     """Both executors name the table, the version and the file; nothing is committed."""

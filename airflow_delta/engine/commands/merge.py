@@ -477,17 +477,27 @@ class MergeBuilder:
         ref = self._reference(operand)
         if ref is None or ref[0] != self.source_alias.lower():
             return None
-        values = self._source_values_of(ref[1].lower(), delta_type)
-        if values is None:
-            return None
-        if len(values) > MAX_PRUNING_VALUES:
-            bounds = self._source_bounds_of(ref[1].lower(), delta_type)
-            if bounds is None:
+        name = ref[1].lower()
+        if not self._many_source_values(name, delta_type):
+            values = self._source_values_of(name, delta_type)
+            if values is None:
                 return None
-            low, high = (_sql_literal(b) for b in bounds)
-            return f"{quote_identifier(column)} BETWEEN {low} AND {high}"
-        literals = [_sql_literal(v) for v in sorted(v for v in values if v is not None)]
-        return f"{quote_identifier(column)} IN ({', '.join(literals)})" if literals else "FALSE"
+            if len(values) <= MAX_PRUNING_VALUES:
+                literals = [_sql_literal(v) for v in sorted(v for v in values if v is not None)]
+                if not literals:
+                    return "FALSE"
+                return f"{quote_identifier(column)} IN ({', '.join(literals)})"
+        bounds = self._source_bounds_of(name, delta_type)
+        if bounds is None:
+            return None
+        low, high = (_sql_literal(b) for b in bounds)
+        return f"{quote_identifier(column)} BETWEEN {low} AND {high}"
+
+    def _many_source_values(self, name: str, delta_type: str) -> bool:
+        """Whether the source column `name` (lower case) is one column of exactly `delta_type`
+        known to hold more than MAX_PRUNING_VALUES distinct values without listing them (then
+        its bounds prune); False by default: `_source_values_of` lists them."""
+        return False
 
     def _source_values_of(self, name: str, delta_type: str) -> list[Any] | None:
         """Up to MAX_PRUNING_VALUES + 1 distinct values of the source column `name` (lower

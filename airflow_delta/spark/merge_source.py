@@ -1,0 +1,155 @@
+"""What the Spark MERGE (`spark/merge.py`) learns from its source DataFrame, in as few Spark jobs
+as it can, and when a small source is collected to run in process.
+
+`SourceFacts` answers the engine's pruning questions (`MergeBuilder._source_values`) and the
+numSourceRows metric: one aggregate job per join column gives the row count, the column's least
+and greatest values and an estimate of its distinct values. A column whose estimate is well
+above MAX_PRUNING_VALUES prunes by its bounds with no other job; otherwise its distinct values
+are listed (a second job, as before). The row count is that job's, when one ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.types import StructField
+
+from airflow_delta.engine.commands.merge import MAX_PRUNING_VALUES
+from airflow_delta.engine.expressions.tokens import quote_identifier
+from airflow_delta.spark.write import NUMERIC_ORDER
+
+__all__ = [
+    "DEFAULT_IN_PROCESS_SOURCE_BYTES",
+    "IN_PROCESS_SOURCE_BYTES",
+    "SourceFacts",
+    "collect_small_source",
+]
+
+#: Relative standard deviation of the distinct-value estimate (HyperLogLog++): coarse, since a
+#: finer sketch costs more than the job (B6s: 0.02 doubles the job's time, 0.1 adds ~0.1 s).
+_ESTIMATE_RSD = 0.1
+#: An estimate above this is more than MAX_PRUNING_VALUES distinct values beyond doubt (ten
+#: standard deviations at `_ESTIMATE_RSD`); at or below it the values are listed.
+_MANY_ESTIMATE = MAX_PRUNING_VALUES * 2
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """One aggregate job's answer for a source column."""
+
+    rows: int
+    least: Any
+    greatest: Any
+    estimated_distinct: int
+
+
+class SourceFacts:
+    """The source DataFrame's row count and its join columns' values, each computed once.
+
+    Example: `facts = SourceFacts(df)`; `facts.many("id", "long")`, `facts.bounds("id",
+    "long")`, then `facts.rows()` (no further job when a column was summarized).
+    """
+
+    def __init__(self, df: DataFrame) -> None:
+        self.df = df
+        self._summaries: dict[str, _Summary] = {}
+
+    def field(self, name: str, delta_type: str) -> StructField | None:
+        """The source column `name` (lower case) when it is one column of exactly `delta_type`
+        (else a cast would decide what matches: no pruning by it)."""
+        found = [f for f in self.df.schema.fields if f.name.lower() == name]
+        if len(found) != 1 or found[0].dataType.jsonValue() != delta_type:
+            return None
+        return found[0]
+
+    def _summary(self, name: str, delta_type: str) -> _Summary | None:
+        found = self.field(name, delta_type)
+        if found is None:
+            return None
+        if name not in self._summaries:
+            column = F.col(quote_identifier(found.name))
+            row = self.df.agg(
+                F.count(F.lit(1)),
+                F.min(column),
+                F.max(column),
+                F.approx_count_distinct(column, _ESTIMATE_RSD),
+            ).first()
+            assert row is not None, "a global aggregate has one row"
+            self._summaries[name] = _Summary(int(row[0]), row[1], row[2], int(row[3]))
+        return self._summaries[name]
+
+    def many(self, name: str, delta_type: str) -> bool:
+        """Whether the column surely has more than MAX_PRUNING_VALUES distinct values."""
+        summary = self._summary(name, delta_type)
+        return summary is not None and summary.estimated_distinct > _MANY_ESTIMATE
+
+    def values(self, name: str, delta_type: str) -> list[Any] | None:
+        """Up to MAX_PRUNING_VALUES + 1 distinct values of the column (None: not prunable)."""
+        found = self.field(name, delta_type)
+        if found is None:
+            return None
+        rows = (
+            self.df.select(F.col(quote_identifier(found.name)))
+            .distinct()
+            .limit(MAX_PRUNING_VALUES + 1)
+            .collect()
+        )
+        return [r[0] for r in rows]
+
+    def bounds(self, name: str, delta_type: str) -> tuple[Any, Any] | None:
+        """The column's least and greatest non-NULL values (None: it has none)."""
+        summary = self._summary(name, delta_type)
+        if summary is None or summary.least is None:
+            return None
+        return summary.least, summary.greatest
+
+    def rows(self) -> int:
+        """The source's row count: a summary's, else a `count()` job."""
+        for summary in self._summaries.values():
+            return summary.rows
+        return self.df.count()
+
+
+# -- a small source, collected to run in process -------------------------------------------------
+
+#: Source column types whose values `toArrow()` keeps as Spark compares and stores them
+#: (timestamps are converted through the session time zone: they stay on Spark).
+_COLLECTED_TYPES = (
+    *NUMERIC_ORDER,
+    *(T.DecimalType, T.BooleanType, T.StringType, T.BinaryType, T.DateType),
+)
+
+#: Spark conf: the largest DataFrame source, by Spark's estimate of its size in bytes, that a
+#: MERGE on a local session collects to run in process; 0 keeps every DataFrame MERGE on Spark.
+IN_PROCESS_SOURCE_BYTES = "spark.airflow_delta.merge.inProcessSourceBytes"
+DEFAULT_IN_PROCESS_SOURCE_BYTES = 64 * 1024 * 1024
+
+
+def collect_small_source(df: DataFrame) -> pa.Table | None:
+    """`df` as a pyarrow Table when the in-process MERGE should take it, else None.
+
+    Only on a classic session with a `local[...]` master, where the driver is the machine the
+    executors run on, and only when Spark's estimate of the source's size (its optimized plan's
+    statistics) is at most `IN_PROCESS_SOURCE_BYTES`. Collecting evaluates the source once; a
+    MERGE on Spark evaluates it several times. Column names equal but for case stay on Spark,
+    which resolves them, and so do sources with columns of other types than `_COLLECTED_TYPES`.
+    """
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        return None
+    spark = df.sparkSession
+    default = str(DEFAULT_IN_PROCESS_SOURCE_BYTES)
+    limit = int(spark.conf.get(IN_PROCESS_SOURCE_BYTES, default) or default)
+    if limit <= 0 or not (spark.sparkContext.master or "").startswith("local"):
+        return None
+    names = {c.lower() for c in df.columns}
+    if len(names) != len(df.columns):
+        return None
+    if not all(isinstance(f.dataType, _COLLECTED_TYPES) for f in df.schema.fields):
+        return None
+    estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    return df.toArrow() if estimate <= limit else None
