@@ -36,8 +36,9 @@ def _drop_none(data: JsonDict) -> JsonDict:
     return {k: v for k, v in data.items() if v is not None}
 
 
-#: One encoder for every commit line (json.dumps with separators builds one per call).
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+#: One encoder for every commit line (json.dumps with separators builds one per call); actions
+#: are trees of plain values, so the check for reference cycles is skipped.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 @dataclass
 class DeletionVectorDescriptor:
