@@ -643,15 +643,22 @@ def repeat_scalar(value: pa.Scalar, rows: int) -> pa.Array:
     return pa.repeat(value, rows)
 
 
-def _as_type(column: ArrowColumn, field: pa.Field, path: str) -> ArrowColumn:
-    """A column of a data file as the table's type: `conform`, else a cast (timestamps are
-    truncated to microseconds, as in Spark); an impossible cast names the file and column."""
-    if same_family(column.type, field.type):
-        return conform(column, field.type)
+def cast_values(column: ArrowColumn, target: pa.DataType) -> ArrowColumn:
+    """`column` as `target`: `conform` for the same type in another layout, else decoded from a
+    dictionary and cast (values that do not fit raise pyarrow's error; timestamps are truncated
+    to microseconds, as Spark stores them)."""
+    if same_family(column.type, target):
+        return conform(column, target)
     if pa.types.is_dictionary(column.type):
         column = pc.cast(column, column.type.value_type)
+    return pc.cast(column, target, safe=not pa.types.is_timestamp(target))
+
+
+def _as_type(column: ArrowColumn, field: pa.Field, path: str) -> ArrowColumn:
+    """A column of a data file as the table's type (`cast_values`); an impossible cast names
+    the file and column."""
     try:
-        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
+        return cast_values(column, field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ValueError(
             f"data file {path}: cannot read column {field.name} ({column.type}) as "

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.commands.data_reader import conform, same_family
+from airflow_delta.engine.commands.data_reader import cast_values, same_family
 from airflow_delta.engine.errors import UnsupportedMergeError
 
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
@@ -30,19 +30,15 @@ def castable(source: pa.DataType, target: pa.DataType) -> bool:
 def cast_to_field(
     column: pa.ChunkedArray | pa.Array, field: pa.Field, where: str
 ) -> pa.ChunkedArray | pa.Array:
-    """`column` cast to `field`'s type; a cast across type families or one that loses values
-    is an error naming the column (timestamps are truncated to microseconds, as in Spark)."""
-    if same_family(column.type, field.type):  # the type in another layout (or dictionary)
-        return conform(column, field.type)
-    if pa.types.is_dictionary(column.type):
-        column = pc.cast(column, column.type.value_type)
-    if not castable(column.type, field.type):
+    """`column` cast to `field`'s type (`cast_values`); a cast across type families or one that
+    loses values is an error naming the column."""
+    given = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not same_family(column.type, field.type) and not castable(given, field.type):
         raise ValueError(
-            f"MERGE into {where}: cannot store {column.type} values in column {field.name} "
-            f"({field.type})"
+            f"MERGE into {where}: cannot store {given} values in column {field.name} ({field.type})"
         )
     try:
-        return pc.cast(column, field.type, safe=not pa.types.is_timestamp(field.type))
+        return cast_values(column, field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ValueError(
             f"MERGE into {where}: cannot cast column {field.name} from {column.type} to "
