@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -183,16 +181,14 @@ class DeltaLog:
                 f"Cannot create table {uri}: a Delta table exists there (version "
                 f"{txn.read_version})."
             )
-        metadata = Metadata(
-            id=str(uuid.uuid4()),
-            schema_string=None,
-            partition_columns=list(partition_columns),
-            configuration=dict(configuration or {}),
+        metadata = Metadata.for_new_table(
+            json.loads(schema_to_json(schema)),
+            partition_columns,
+            configuration,
             name=name,
             description=description,
-            created_time=int(time.time() * 1000),
         )
-        txn.update_metadata_for_new_table(metadata.with_schema(json.loads(schema_to_json(schema))))
+        txn.update_metadata_for_new_table(metadata)
         operation = Operation(
             "CREATE TABLE",
             {

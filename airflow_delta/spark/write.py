@@ -27,7 +27,6 @@ import functools
 import json
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -421,14 +420,8 @@ def _prepare_metadata(
                 dataclasses.replace(txn.metadata, partition_columns=columns).with_schema(schema)
             )
         else:
-            metadata = Metadata(
-                id=str(uuid.uuid4()),
-                schema_string=None,
-                partition_columns=columns,
-                configuration=dict(configuration or {}),
-                created_time=int(time.time() * 1000),
-            )
-            txn.update_metadata_for_new_table(metadata.with_schema(schema))
+            metadata = Metadata.for_new_table(schema, columns, configuration)
+            txn.update_metadata_for_new_table(metadata)
     elif merge_schema:
         schema = json.loads(txn.metadata.schema_string or "{}")
         known = {f["name"].lower() for f in schema["fields"]}

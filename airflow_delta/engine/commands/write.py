@@ -33,7 +33,6 @@ import dataclasses
 import functools
 import json
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -198,14 +197,9 @@ def _create(
             f"WRITE to {txn.table}: partition columns {missing} are not columns of the data "
             f"(columns: {', '.join(schema.names)})"
         )
-    metadata = Metadata(
-        id=str(uuid.uuid4()),
-        schema_string=None,
-        partition_columns=[by_lower[c.lower()] for c in partition_by],
-        configuration=dict(configuration or {}),
-        created_time=int(time.time() * 1000),
-    )
-    txn.update_metadata_for_new_table(metadata.with_schema(json.loads(schema_to_json(schema))))
+    columns = [by_lower[c.lower()] for c in partition_by]
+    schema_json = json.loads(schema_to_json(schema))
+    txn.update_metadata_for_new_table(Metadata.for_new_table(schema_json, columns, configuration))
 
 
 def _check_overwrite_options(

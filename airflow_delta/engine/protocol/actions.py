@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -39,6 +41,7 @@ def _drop_none(data: JsonDict) -> JsonDict:
 #: One encoder for every commit line (json.dumps with separators builds one per call); actions
 #: are trees of plain values, so the check for reference cycles is skipped.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
 
 @dataclass
 class DeletionVectorDescriptor:
@@ -199,6 +202,28 @@ class Metadata(Action):
     def column_mapping_mode(self) -> str:
         """`delta.columnMapping.mode`: "none", "name" or "id"."""
         return self.configuration.get("delta.columnMapping.mode", "none").lower()
+
+    @classmethod
+    def for_new_table(
+        cls,
+        schema: Mapping[str, Any],
+        partition_columns: Sequence[str] = (),
+        configuration: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> Metadata:
+        """The metadata of a table being created: a fresh id, the creation time, `schema` (a
+        schemaString object, mapped under column mapping) and the rest as given."""
+        created = cls(
+            id=str(uuid.uuid4()),
+            partition_columns=list(partition_columns),
+            configuration=dict(configuration or {}),
+            name=name,
+            description=description,
+            created_time=int(time.time() * 1000),
+        )
+        return created.with_schema(schema)
 
     def with_schema(self, schema: Mapping[str, Any]) -> Metadata:
         """This metadata with `schema` (a schemaString object). Under column mapping, fields
