@@ -207,7 +207,7 @@ def test_unsupported_merges_fall_back_to_spark(
     unsupported = {
         "function in a condition": lambda m: m.when_matched_update_all("initcap(s.value) > 'A'"),
         "number into a string column": lambda m: m.when_matched_update({"value": "s.id"}),
-        "expression": lambda m: m.when_matched_update({"value": "upper(s.value)"}),
+        "function": lambda m: m.when_matched_update({"value": "initcap(s.value)"}),
         "non-equi condition": None,
     }
     for name, clauses in unsupported.items():
@@ -222,11 +222,11 @@ def test_unsupported_merges_fall_back_to_spark(
     )
     result = (
         merge_delta(uri, source, "t.id = s.id")
-        .when_matched_update({"value": "upper(s.value)"})
+        .when_matched_update({"value": "initcap(s.value)"})
         .execute()
     )
     assert result.metrics["numTargetRowsUpdated"] == 2
-    assert (2, "NEW2", "a") in rows_of(uri)
+    assert (2, "New2", "a") in rows_of(uri)
 
 
 def test_which_dataframe_sources_run_in_process(
@@ -259,12 +259,12 @@ def test_which_dataframe_sources_run_in_process(
         assert rows_of(uri) == rows_of(str(tmp_path / "t0")), "every run merges the same rows"
         return builder
 
-    def upper(m: DeltaMergeBuilder) -> DeltaMergeBuilder:  # an expression the engine refuses
-        return m.when_matched_update({"value": "upper(s.value)"})
+    def initcap(m: DeltaMergeBuilder) -> DeltaMergeBuilder:  # a function the engine lacks
+        return m.when_matched_update({"value": "initcap(s.value)"})
 
-    assert run(unknown, 1 << 20, upper).executor == "spark"
-    assert run(known, 1, upper).executor == "spark"  # above the limit
-    fallback = run(known, 1 << 20, upper)  # collected, refused by the engine, run on Spark
+    assert run(unknown, 1 << 20, initcap).executor == "spark"
+    assert run(known, 1, initcap).executor == "spark"  # above the limit
+    fallback = run(known, 1 << 20, initcap)  # collected, refused by the engine, run on Spark
     assert fallback.executor == "spark" and fallback.source_df is known
     uri = str(tmp_path / "plain")
     shutil.copytree(base_table, uri)
@@ -272,7 +272,7 @@ def test_which_dataframe_sources_run_in_process(
         merged = merge_delta(uri, known, "t.id = s.id").when_matched_update({"value": "s.value"})
         merged.execute()
     assert merged.executor == "in-process"
-    assert (2, "new2", "a") in rows_of(uri) and (2, "NEW2", "a") in rows_of(str(tmp_path / "t0"))
+    assert (2, "new2", "a") in rows_of(uri) and (2, "New2", "a") in rows_of(str(tmp_path / "t0"))
 
 
 def test_not_null_and_types(spark: SparkSession, tmp_path: Path) -> None:
