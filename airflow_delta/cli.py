@@ -430,7 +430,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_vacuum)
     _add_table_commands(sub)
+    _add_write_command(sub)
     return parser
+
+
+def _add_write_command(sub: Any) -> None:
+    """The write subcommand: files' rows written to the table in process."""
+    p = sub.add_parser("write", help="write the rows of parquet/CSV/JSON files (in process)")
+    _add_common(p)
+    p.add_argument("--source", required=True, metavar="PATH", help="a file or a directory")
+    p.add_argument(
+        "--source-format",
+        choices=("parquet", "csv", "json"),
+        default="parquet",
+        help="format of the source files (default parquet)",
+    )
+    p.add_argument("--mode", choices=("append", "overwrite", "error", "ignore"), default="append")
+    p.add_argument(
+        "--partition-by", action="append", metavar="COLUMN", help="of a new table (repeatable)"
+    )
+    p.add_argument("--replace-where", metavar="SQL", help="with --mode overwrite: partitions")
+    p.add_argument("--schema-mode", choices=("merge", "overwrite"), help="evolve the schema")
+    _add_user_metadata(p)
+    p.set_defaults(handler=cmd_write)
 
 
 def _add_table_commands(sub: Any) -> None:
@@ -500,24 +522,6 @@ def _add_table_commands(sub: Any) -> None:
     )
     _add_user_metadata(p)
     p.set_defaults(handler=cmd_restore)
-
-    p = sub.add_parser("write", help="write the rows of parquet/CSV/JSON files (in process)")
-    _add_common(p)
-    p.add_argument("--source", required=True, metavar="PATH", help="a file or a directory")
-    p.add_argument(
-        "--source-format",
-        choices=("parquet", "csv", "json"),
-        default="parquet",
-        help="format of the source files (default parquet)",
-    )
-    p.add_argument("--mode", choices=("append", "overwrite", "error", "ignore"), default="append")
-    p.add_argument(
-        "--partition-by", action="append", metavar="COLUMN", help="of a new table (repeatable)"
-    )
-    p.add_argument("--replace-where", metavar="SQL", help="with --mode overwrite: partitions")
-    p.add_argument("--schema-mode", choices=("merge", "overwrite"), help="evolve the schema")
-    _add_user_metadata(p)
-    p.set_defaults(handler=cmd_write)
 
 
 def _add_predicate(parser: argparse.ArgumentParser, verb: str) -> None:
