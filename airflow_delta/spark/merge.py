@@ -67,6 +67,7 @@ from pyspark.sql.types import StructField
 from airflow_delta.engine import CommitProperties, DeltaLog, OptimisticTransaction
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN
 from airflow_delta.engine.commands.deletion_vector_files import deletion_vectors_enabled
+from airflow_delta.engine.commands.identity_values import check_merge_clauses
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     NOT_MATCHED,
@@ -78,7 +79,6 @@ from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     DeltaError,
-    IdentityColumnError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
@@ -88,7 +88,6 @@ from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
-from airflow_delta.spark.constraints import check_no_explicit_identity
 from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
 from airflow_delta.spark.merge_source import (
@@ -286,20 +285,10 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         IdentityColumnError for an insert giving a GENERATED ALWAYS identity column values, or
         an update assigning an identity column."""
         metadata = txn.metadata
-        identity = {c.name: c for c in identity_columns(metadata)}
+        check_merge_clauses(metadata, self.clauses, self.source_df.columns, self.target_uri)
+        identity = {c.name for c in identity_columns(metadata)}
         source = {c.lower() for c in self.source_df.columns}
-        for clause in self.clauses:
-            given = set(clause.assignments or ()) & set(identity)
-            if clause.action == "insert":
-                star = {n for n in identity if n.lower() in source}
-                given = star if clause.assignments is None else given
-                check_no_explicit_identity(metadata, list(given), self.target_uri)
-            elif clause.action == "update" and given:
-                raise IdentityColumnError(
-                    f"MERGE into {self.target_uri}: identity column {sorted(given)[0]} cannot "
-                    "be updated; leave it out of the update clause."
-                )
-        return set(identity), set(generated_columns(metadata)), source
+        return identity, set(generated_columns(metadata)), source
 
     def _resolve(self, clause: MergeClause, column: str) -> str | None:
         """As the engine's, but identity columns are kept on update and handed out on insert
