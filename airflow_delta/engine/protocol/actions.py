@@ -41,6 +41,19 @@ def _drop_none(data: JsonDict) -> JsonDict:
 #: One encoder for every commit line (json.dumps with separators builds one per call); actions
 #: are trees of plain values, so the check for reference cycles is skipped.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+#: A string as JSON, as `_COMPACT` writes it (ASCII, escaped).
+_json_string = json.encoder.encode_basestring_ascii
+
+
+def _json_string_map(values: Mapping[str, str | None]) -> str:
+    """A map of strings (values may be None) as JSON, as `_COMPACT` writes it; TypeError for
+    a key or value of another type."""
+    if not values:
+        return "{}"
+    items = (
+        f"{_json_string(k)}:{'null' if v is None else _json_string(v)}" for k, v in values.items()
+    )
+    return "{" + ",".join(items) + "}"
 
 
 @dataclass
@@ -416,6 +429,46 @@ class RemoveFile(Action):
             ),
             **self.extra,
         }
+
+    def json(self) -> str:
+        """This action as one line of a commit file: written field by field for the common
+        shape (what a command's removes hold), the generic encoding otherwise; both give the
+        same text (a test holds them to it)."""
+        ts, size, ext, values = (
+            self.deletion_timestamp,
+            self.size,
+            self.extended_file_metadata,
+            self.partition_values,
+        )
+        if (
+            type(self.data_change) is not bool
+            or (ts is not None and type(ts) is not int)
+            or (size is not None and type(size) is not int)
+            or (ext is not None and type(ext) is not bool)
+            or self.tags is not None
+            or self.deletion_vector is not None
+            or self.base_row_id is not None
+            or self.default_row_commit_version is not None
+            or self.extra
+        ):
+            return super().json()
+        try:
+            mapped = "" if values is None else f',"partitionValues":{_json_string_map(values)}'
+        except TypeError:  # a key or value that is not a string
+            return super().json()
+        return "".join(
+            (
+                '{"remove":{"path":',
+                _json_string(self.path),
+                "" if ts is None else f',"deletionTimestamp":{ts}',
+                ',"dataChange":true' if self.data_change else ',"dataChange":false',
+                "" if ext is None else f',"extendedFileMetadata":{"true" if ext else "false"}',
+                mapped,
+                "" if size is None else f',"size":{size}',
+                "" if self.stats is None else f',"stats":{_json_string(self.stats)}',
+                "}}",
+            )
+        )
 
     @classmethod
     def from_json_dict(cls, d: JsonDict) -> RemoveFile:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.protocol.actions import (
@@ -158,3 +161,52 @@ def test_add_remove_helper_carries_the_file_identity() -> None:
 def test_malformed_actions_are_typed_errors(line: bytes) -> None:
     with pytest.raises(CorruptLogError, match=r"bad\.json"):
         parse_actions(line, "bad.json")
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_NUMBER = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    path=_TEXT,
+    deletion_timestamp=st.one_of(_NUMBER, st.floats(allow_nan=False, allow_infinity=False)),
+    data_change=st.one_of(st.booleans(), st.just(1)),
+    extended=st.one_of(st.none(), st.booleans()),
+    partition_values=st.one_of(st.none(), st.dictionaries(_TEXT, st.one_of(st.none(), _TEXT))),
+    size=_NUMBER,
+    stats=st.one_of(st.none(), _TEXT, st.just('{"numRecords":3,"minValues":{"a":"\\u00e9"}}')),
+    tags=st.one_of(st.none(), st.dictionaries(_TEXT, _TEXT, max_size=2)),
+    base_row_id=_NUMBER,
+    default_row_commit_version=_NUMBER,
+)
+def test_a_remove_line_is_the_generic_encoding(
+    path: str,
+    deletion_timestamp: Any,
+    data_change: Any,
+    extended: bool | None,
+    partition_values: dict[str, str | None] | None,
+    size: int | None,
+    stats: str | None,
+    tags: dict[str, str] | None,
+    base_row_id: int | None,
+    default_row_commit_version: int | None,
+) -> None:
+    """RemoveFile.json writes its common shape field by field: the same text as encoding
+    `to_json_dict()`, which every other action uses (and it parses back to the same action)."""
+    remove = RemoveFile(
+        path=path,
+        deletion_timestamp=deletion_timestamp,
+        data_change=data_change,
+        extended_file_metadata=extended,
+        partition_values=partition_values,
+        size=size,
+        stats=stats,
+        tags=tags,
+        base_row_id=base_row_id,
+        default_row_commit_version=default_row_commit_version,
+    )
+    generic = json.dumps({"remove": remove.to_json_dict()}, separators=(",", ":"))
+    assert remove.json() == generic
+    if type(data_change) is bool and not isinstance(deletion_timestamp, float):
+        assert RemoveFile.from_json_dict(json.loads(remove.json())["remove"]) == remove
