@@ -23,9 +23,15 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.protocol.dv_descriptor import (  # re-exported: their former home
+    DeletionVectorDescriptor as DeletionVectorDescriptor,
+)
+from airflow_delta.engine.protocol.dv_descriptor import JsonDict as JsonDict
+from airflow_delta.engine.protocol.dv_descriptor import drop_none as _drop_none
+from airflow_delta.engine.protocol.dv_descriptor import dv_unique_id as dv_unique_id
+from airflow_delta.engine.protocol.log_json import json_string as _json_string
+from airflow_delta.engine.protocol.log_json import json_string_map as _json_string_map
 from airflow_delta.engine.protocol.log_json import parse_json
-
-JsonDict = dict[str, Any]
 
 
 def _pop_known(data: JsonDict, names: tuple[str, ...]) -> tuple[list[Any], JsonDict]:
@@ -34,74 +40,9 @@ def _pop_known(data: JsonDict, names: tuple[str, ...]) -> tuple[list[Any], JsonD
     return [rest.pop(n, None) for n in names], rest
 
 
-def _drop_none(data: JsonDict) -> JsonDict:
-    return {k: v for k, v in data.items() if v is not None}
-
-
 #: One encoder for every commit line (json.dumps with separators builds one per call); actions
 #: are trees of plain values, so the check for reference cycles is skipped.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-#: A string as JSON, as `_COMPACT` writes it (ASCII, escaped).
-_json_string = json.encoder.encode_basestring_ascii
-
-
-def _json_string_map(values: Mapping[str, str | None]) -> str:
-    """A map of strings (values may be None) as JSON, as `_COMPACT` writes it; TypeError for
-    a key or value of another type."""
-    if not values:
-        return "{}"
-    items = (
-        f"{_json_string(k)}:{'null' if v is None else _json_string(v)}" for k, v in values.items()
-    )
-    return "{" + ",".join(items) + "}"
-
-
-@dataclass
-class DeletionVectorDescriptor:
-    """Where the deleted rows of a data file are recorded (PROTOCOL.md, Deletion Vectors)."""
-
-    storage_type: str
-    path_or_inline_dv: str
-    size_in_bytes: int
-    cardinality: int
-    offset: int | None = None
-    max_row_index: int | None = None
-
-    @property
-    def unique_id(self) -> str:
-        """`storageType + pathOrInlineDv` plus `@offset` when an offset is set."""
-        return dv_unique_id(self.storage_type, self.path_or_inline_dv, self.offset)
-
-    def to_json_dict(self) -> JsonDict:
-        return _drop_none(
-            {
-                "storageType": self.storage_type,
-                "pathOrInlineDv": self.path_or_inline_dv,
-                "offset": self.offset,
-                "sizeInBytes": self.size_in_bytes,
-                "cardinality": self.cardinality,
-                "maxRowIndex": self.max_row_index,
-            }
-        )
-
-    @classmethod
-    def from_json_dict(cls, d: JsonDict | None) -> DeletionVectorDescriptor | None:
-        if d is None:
-            return None
-        return cls(
-            storage_type=d["storageType"],
-            path_or_inline_dv=d["pathOrInlineDv"],
-            size_in_bytes=d.get("sizeInBytes") or 0,
-            cardinality=d.get("cardinality") or 0,
-            offset=d.get("offset"),
-            max_row_index=d.get("maxRowIndex"),
-        )
-
-
-def dv_unique_id(storage_type: str, path_or_inline_dv: str, offset: int | None) -> str:
-    """The unique id of a deletion vector, part of a logical file's key."""
-    base = f"{storage_type}{path_or_inline_dv}"
-    return base if offset is None else f"{base}@{offset}"
 
 
 class Action:
