@@ -190,6 +190,16 @@ def _create(
     configuration: Mapping[str, str] | None,
 ) -> None:
     """Set the metadata of the table `txn` creates: `schema`, partitioned by `partition_by`."""
+    columns = _partition_columns(txn, schema, partition_by)
+    schema_json = json.loads(schema_to_json(schema))
+    txn.update_metadata_for_new_table(Metadata.for_new_table(schema_json, columns, configuration))
+
+
+def _partition_columns(
+    txn: OptimisticTransaction, schema: pa.Schema, partition_by: list[str]
+) -> list[str]:
+    """`partition_by` spelt as the data's columns (matched without regard to case);
+    SchemaMismatchError naming those the data lacks."""
     by_lower = {n.lower(): n for n in schema.names}
     missing = [c for c in partition_by if c.lower() not in by_lower]
     if missing:
@@ -197,9 +207,7 @@ def _create(
             f"WRITE to {txn.table}: partition columns {missing} are not columns of the data "
             f"(columns: {', '.join(schema.names)})"
         )
-    columns = [by_lower[c.lower()] for c in partition_by]
-    schema_json = json.loads(schema_to_json(schema))
-    txn.update_metadata_for_new_table(Metadata.for_new_table(schema_json, columns, configuration))
+    return [by_lower[c.lower()] for c in partition_by]
 
 
 def _check_overwrite_options(
@@ -250,14 +258,7 @@ def _replace_schema(txn: OptimisticTransaction, given: pa.Schema, partition_by: 
     """Replace the table's schema and partitioning by `given` and `partition_by` (an overwrite
     of the whole table, so no existing row needs the old ones)."""
     _check_existing(txn, "overwrite", None)
-    by_lower = {n.lower(): n for n in given.names}
-    missing = [c for c in partition_by if c.lower() not in by_lower]
-    if missing:
-        raise SchemaMismatchError(
-            f"WRITE to {txn.table}: partition columns {missing} are not columns of the data "
-            f"(columns: {', '.join(given.names)})"
-        )
-    columns = [by_lower[c.lower()] for c in partition_by]
+    columns = _partition_columns(txn, given, partition_by)
     replaced = dataclasses.replace(txn.metadata, partition_columns=columns)
     txn.update_metadata(replaced.with_schema(json.loads(schema_to_json(given))))
 
