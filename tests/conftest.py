@@ -4,7 +4,6 @@ shared by the Spark and Airflow tests of one pytest worker."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -47,9 +46,8 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a moto S3 server started for this session (dummy credentials, us-east-1)."""
-    exe = shutil.which("moto_server", path=f"{Path(sys.executable).parent}{os.pathsep}")
-    exe = exe or shutil.which("moto_server")
-    assert exe, "moto_server not found: install moto[server]"
+    # moto's server, with its conditional PUT made atomic (tests/moto_atomic_server.py)
+    server = [sys.executable, "-m", "tests.moto_atomic_server"]
     aws_dir = tmp_path_factory.mktemp("aws")
     with pytest.MonkeyPatch.context() as mp:
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
@@ -66,7 +64,10 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
         with open(aws_dir / "moto.log", "wb") as out:
             proc = subprocess.Popen(
-                [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+                [*server, "-H", "127.0.0.1", "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=Path(__file__).resolve().parents[1],
             )
         try:
 
