@@ -6,13 +6,17 @@ any extra ones (a replaceWhere predicate) with one Spark SQL CASE column, and wr
 from the executors in a single `mapInArrow` job. Each task (`spark/write_tasks.py`) writes its
 own files through the engine's `DataFileWriter` (`engine/commands/data_files.py`: Hive-style
 partition directories, files rolled at the target size, Delta stats computed in the same pass)
-and returns one row per file. The driver only collects those rows: no driver-side filesystem
-access and no SparkContext or RDD, so a local session, a standalone cluster and Spark Connect
-behave alike. A plain write of `write_delta` (no constraint, computed column, column mapping,
-row tracking column or change data; flat primitive columns; a local table:
-`native_write.native_refusal`) can go through Spark's own parquet writer instead, its stats
-read from the files' footers (`spark/native_write.py`), when the session conf
-`spark.airflow_delta.write.native=true` asks for it. `write_change_files` is the variant
+and returns one row per file. As in Spark's own writer and delta-spark, each task writes the
+partitions its rows fall in (rows sorted by partition value within the task, no shuffle);
+optimized writes (`delta.autoOptimize.optimizeWrite` or the session conf OPTIMIZE_WRITE_CONF)
+first shuffle the rows by partition value, for one file per partition value and size. The
+driver only collects those rows: no driver-side filesystem access and no SparkContext or RDD,
+so a local session, a standalone cluster and Spark Connect behave alike. A plain write of
+`write_delta` (no constraint, computed column, column mapping, row tracking column or change
+data; flat primitive columns; a local table: `native_write.native_refusal`) can go through
+Spark's own parquet writer instead, its stats read from the files' footers
+(`spark/native_write.py`), when the session conf `spark.airflow_delta.write.native=true` asks
+for it. `write_change_files` is the variant
 for rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
 writes `_change_data` files, through a second `DataFileWriter` of change data.
 
@@ -54,6 +58,7 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.expressions.constraints import replace_where_constraint
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata, Operation
+from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.identity import check_no_explicit_identity
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
@@ -76,6 +81,10 @@ from airflow_delta.spark.write_tasks import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Session conf asking every write to shuffle its rows by partition value first (delta-spark's
+#: name; it overrides the table property `delta.autoOptimize.optimizeWrite`).
+OPTIMIZE_WRITE_CONF = "spark.databricks.delta.optimizeWrite.enabled"
 
 _SAVE_MODES = {
     "append": "Append",
@@ -331,7 +340,7 @@ def _write_files(
         violation = violation_column(checks)
         violation = F.when(is_data_row(), violation) if change_data else violation
         data = data.withColumn(VIOLATION_COLUMN, violation)
-    data = _partitioned(data, schema_json, columns)
+    data = _partitioned(data, schema_json, columns, _optimize_write(df, txn))
     plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
     if native and not change_data and not checks and native_enabled(df):
         refusal = native_refusal(txn, plan, target_file_size)
@@ -364,17 +373,30 @@ def _write_files(
     return adds, cdcs
 
 
+def _optimize_write(df: DataFrame, txn: OptimisticTransaction) -> bool:
+    """Whether the write shuffles its rows by partition value first: the session conf
+    OPTIMIZE_WRITE_CONF when set, else the table's `delta.autoOptimize.optimizeWrite`."""
+    value = df.sparkSession.conf.get(OPTIMIZE_WRITE_CONF, None)
+    if value is None or not str(value).strip():
+        return bool(TableConfig(txn.metadata.configuration, txn.table).optimize_write)
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"Spark conf {OPTIMIZE_WRITE_CONF}={value!r}: use 'true' or 'false'")
+    return text == "true"
+
+
 def _partitioned(
-    data: DataFrame, schema_json: Mapping[str, Any], columns: Sequence[str]
+    data: DataFrame, schema_json: Mapping[str, Any], columns: Sequence[str], shuffle: bool
 ) -> DataFrame:
-    """`data` with "" partition values as NULLs, in a task per partition, sorted."""
+    """`data` with "" partition values as NULLs, sorted by partition value within each task
+    (`shuffle`: first moved to a task per partition value)."""
     types = {f["name"]: f["type"] for f in schema_json["fields"]}
     for c in columns:
         if types[c] == "string":  # "" is a null partition value: group it with the nulls
             data = data.withColumn(c, F.nullif(F.col(quote_identifier(c)), F.lit("")))
     if columns:
         keys = [F.col(quote_identifier(c)) for c in columns]
-        data = data.repartition(*keys).sortWithinPartitions(*keys)
+        data = (data.repartition(*keys) if shuffle else data).sortWithinPartitions(*keys)
     return data
 
 

@@ -78,7 +78,7 @@ def _write(spark: SparkSession, rows: list[dict[str, Any]], path: str, native: b
     spark.conf.set(NATIVE_WRITE_CONF, str(native).lower())
     names = [column.split()[0] for column in DDL.split(", ")][1:]
     data = [(n, *(r[c] for c in names)) for n, r in enumerate(rows)]
-    df = spark.createDataFrame(data, DDL)
+    df = spark.createDataFrame(data, DDL).coalesce(1)  # one task: a file per partition
     write_delta(df, path, partition_by=["p"])
 
 
@@ -145,7 +145,7 @@ def test_native_write_leaves_only_its_data_files(
     spark: SparkSession, native_conf: None, tmp_path: Path
 ) -> None:
     table = tmp_path / "t"
-    df = spark.range(100).selectExpr(
+    df = spark.range(0, 100, 1, 1).selectExpr(  # one task: a file per partition
         "id", "cast(id % 3 as string) as p", "current_timestamp() as t"
     )
     result = write_delta(df, str(table), partition_by=["p"])
@@ -177,7 +177,7 @@ def test_writes_it_does_not_cover_use_python_tasks(
 
     monkeypatch.setattr("airflow_delta.spark.write.write_native", refused)
     table = str(tmp_path / "t")
-    df = spark.range(4).selectExpr("id", "array(id) as xs", "'a' as p")
+    df = spark.range(0, 4, 1, 1).selectExpr("id", "array(id) as xs", "'a' as p")
     assert write_delta(df, table, partition_by=["p"]).metrics["numFiles"] == 1
     stats = json.loads(next(iter(DeltaLog.for_table(table).update().all_files())).stats)
     assert stats["nullCount"] == {"id": 0, "xs": 0}

@@ -124,6 +124,7 @@ class TableConfig:
             lambda: self.symlink_manifest_enabled,
             lambda: self.isolation_level,
             lambda: self.num_indexed_cols,
+            lambda: self.optimize_write,
         ]
         for get in getters:
             get()
@@ -191,6 +192,12 @@ class TableConfig:
     @_named
     def enable_expired_log_cleanup(self) -> bool:
         return _bool(self.configuration, "delta.enableExpiredLogCleanup", True)
+
+    @_named
+    def optimize_write(self) -> bool:
+        """`delta.autoOptimize.optimizeWrite`: Spark writes shuffle rows by partition value
+        first (fewer, larger files; the session conf OPTIMIZE_WRITE_CONF overrides it)."""
+        return _bool(self.configuration, "delta.autoOptimize.optimizeWrite")
 
     @_named
     def append_only(self) -> bool:
