@@ -68,7 +68,7 @@ _rows = st.lists(
 
 @pytest.fixture
 def native_conf(spark: SparkSession) -> Iterator[None]:
-    """The session asks for Spark's parquet writer (off by default) during the test."""
+    """The session asks for Spark's parquet writer (the default) during the test."""
     spark.conf.set(NATIVE_WRITE_CONF, "true")
     yield
     spark.conf.unset(NATIVE_WRITE_CONF)
@@ -181,10 +181,11 @@ def test_writes_it_does_not_cover_use_python_tasks(
     assert write_delta(df, table, partition_by=["p"]).metrics["numFiles"] == 1
     stats = json.loads(next(iter(DeltaLog.for_table(table).update().all_files())).stats)
     assert stats["nullCount"] == {"id": 0, "xs": 0}
-    spark.conf.set(NATIVE_WRITE_CONF, "false")
+    spark.conf.set(NATIVE_WRITE_CONF, "false")  # plain writes too
     assert write_delta(spark.range(2), str(tmp_path / "u")).metrics["numOutputRows"] == 2
-    spark.conf.unset(NATIVE_WRITE_CONF)  # off by default
-    assert write_delta(spark.range(2), str(tmp_path / "v")).metrics["numOutputRows"] == 2
+    spark.conf.unset(NATIVE_WRITE_CONF)  # on by default
+    with pytest.raises(AssertionError, match="Spark's parquet writer"):
+        write_delta(spark.range(2), str(tmp_path / "v"))
 
 
 def test_an_empty_frame_adds_no_file(
