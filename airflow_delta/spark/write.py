@@ -47,6 +47,7 @@ from airflow_delta.engine.commands.data_files import (
     add_files,
     cdc_files,
 )
+from airflow_delta.engine.commands.data_reader import spelt_as
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.commands.write import partitions_predicate, write_metrics
 from airflow_delta.engine.delta_log import DeltaLog
@@ -405,13 +406,12 @@ def _partitioned(
 
 def _column_names(names: Sequence[str], df: DataFrame) -> list[str]:
     """`names` spelt as the DataFrame's columns (matched case-insensitively)."""
-    by_lower = {c.lower(): c for c in df.columns}
-    unknown = [n for n in names if n.lower() not in by_lower]
+    columns, unknown = spelt_as(df.columns, names)
     if unknown:
         raise SchemaMismatchError(
             f"partition columns {unknown} are not columns of the DataFrame ({df.columns})"
         )
-    return [by_lower[n.lower()] for n in names]
+    return columns
 
 
 def _prepare_metadata(

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN, with_change_type
-from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar
+from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar, spelt_as
 from airflow_delta.engine.errors import ChangeDataFeedError, VersionNotFoundError
 from airflow_delta.engine.log.history import Timestamp, commit_timestamps, to_epoch_ms
 from airflow_delta.engine.log.log_segment import commit_files, list_log
@@ -158,14 +158,13 @@ def _range(
 def _columns(schema: pa.Schema, columns: Sequence[str] | None, table: str) -> list[str]:
     if columns is None:
         return list(schema.names)
-    by_lower = {n.lower(): n for n in schema.names}
-    unknown = [c for c in columns if c.lower() not in by_lower]
+    names, unknown = spelt_as(schema.names, columns)
     if unknown:
         raise ValueError(
             f"read_changes of {table}: no column {', '.join(unknown)} (columns: "
             f"{', '.join(schema.names)})"
         )
-    return [by_lower[c.lower()] for c in columns]
+    return names
 
 
 def _plan(location: TableLocation, start: int, end: int) -> list[_Read]:

@@ -165,6 +165,14 @@ def plain_table(table: pa.Table) -> pa.Table:
     return conform_table(table, pa.schema([f.with_type(plain_type(f.type)) for f in table.schema]))
 
 
+def spelt_as(names: Sequence[str], wanted: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`wanted` spelt as in `names` (matched without regard to case), and those of `wanted`
+    that `names` lacks (the caller raises its own error naming them)."""
+    by_lower = {n.lower(): n for n in names}
+    unknown = [c for c in wanted if c.lower() not in by_lower]
+    return [by_lower[c.lower()] for c in wanted if c.lower() in by_lower], unknown
+
+
 def _cast_layout(column: ArrowColumn, target: pa.DataType) -> ArrowColumn:
     """`column` cast to `target` chunk by chunk; a chunk too large for 32-bit offsets is split."""
     if isinstance(column, pa.ChunkedArray):

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from airflow_delta.engine.commands.data_reader import FileReader
+from airflow_delta.engine.commands.data_reader import FileReader, spelt_as
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.expressions.skipping import parse_file_predicates
 from airflow_delta.engine.log import history
@@ -293,14 +293,12 @@ def _resolve(snapshot: Snapshot, schema: pa.Schema, columns: Sequence[str]) -> l
     """The schema names of `columns` (case-insensitive); ValueError names an unknown one."""
     if isinstance(columns, str):
         raise TypeError(f"columns must be a list of names, not the string {columns!r}")
-    by_lower = {name.lower(): name for name in schema.names}
-    unknown = [c for c in columns if c.lower() not in by_lower]
+    names, unknown = spelt_as(schema.names, columns)
     if unknown:
         raise ValueError(
             f"Table {snapshot.table_uri} version {snapshot.version} has no column "
             f"{', '.join(map(repr, unknown))} (columns: {', '.join(schema.names)})"
         )
-    names = [by_lower[c.lower()] for c in columns]
     duplicate = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if duplicate is not None:
         raise ValueError(f"column {duplicate!r} is asked for twice")

@@ -40,7 +40,12 @@ import pyarrow as pa
 
 from airflow_delta.engine.commands.command_transaction import command_transaction
 from airflow_delta.engine.commands.data_files import DEFAULT_TARGET_FILE_SIZE, write_tasks
-from airflow_delta.engine.commands.data_reader import conform, plain_table, same_family
+from airflow_delta.engine.commands.data_reader import (
+    conform,
+    plain_table,
+    same_family,
+    spelt_as,
+)
 from airflow_delta.engine.commands.identity_values import IdentityValues
 from airflow_delta.engine.commands.merge import arrow_table
 from airflow_delta.engine.errors import (
@@ -200,14 +205,13 @@ def _partition_columns(
 ) -> list[str]:
     """`partition_by` spelt as the data's columns (matched without regard to case);
     SchemaMismatchError naming those the data lacks."""
-    by_lower = {n.lower(): n for n in schema.names}
-    missing = [c for c in partition_by if c.lower() not in by_lower]
+    columns, missing = spelt_as(schema.names, partition_by)
     if missing:
         raise SchemaMismatchError(
             f"WRITE to {txn.table}: partition columns {missing} are not columns of the data "
             f"(columns: {', '.join(schema.names)})"
         )
-    return [by_lower[c.lower()] for c in partition_by]
+    return columns
 
 
 def _check_overwrite_options(
