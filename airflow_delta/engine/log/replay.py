@@ -206,6 +206,9 @@ def parse_log_batch(data: bytes, source: str) -> LogBatch:
     return batch
 
 
+#: A resolved state of at least this many file actions hands the memory pool's freed pages
+#: back to the OS (about a millisecond).
+RELEASE_MEMORY_ROWS = 100_000
 _EMPTY = scalar("", pa.string())
 
 
@@ -364,6 +367,11 @@ class InMemoryLogReplay:
                 concat_consuming(removes, REMOVE_TYPE),
             )
             self._resolved_with_stats = stats or self._base is None
+            if sum(map(len, self._resolved)) >= RELEASE_MEMORY_ROWS:
+                # the decoded checkpoint and the pieces concatenated are free now: without
+                # this the allocator keeps their pages, and what the caller builds next (a
+                # list of paths) comes on top (B9 at 1M files: peak RSS 605 -> 445 MB)
+                pa.default_memory_pool().release_unused()
         return self._resolved
 
     def _unread_base(self) -> UnreadFileActions | None:
