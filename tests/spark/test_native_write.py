@@ -23,6 +23,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -195,3 +196,45 @@ def test_an_empty_frame_adds_no_file(
     result = write_delta(spark.range(0), str(table))
     assert (result.version, result.metrics["numFiles"]) == (0, 0)
     assert sorted(p.name for p in table.iterdir()) == ["_delta_log"]
+
+
+def test_spark_rewrites_use_it_by_default(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MERGE, UPDATE and DELETE on Spark write their plain rewrites with Spark's parquet writer
+    too (the default), and deltalake reads what the Python tasks would have written."""
+    import airflow_delta.spark.write as write_module
+    from airflow_delta.spark import delete, merge_delta, update
+    from airflow_delta.spark.merge_source import IN_PROCESS_SOURCE_BYTES
+
+    used: list[int] = []
+    native = write_module.write_native
+
+    def counted(*args: Any) -> Any:
+        used.append(1)
+        return native(*args)
+
+    monkeypatch.setattr(write_module, "write_native", counted)
+    spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")  # the MERGE runs on Spark
+    results = {}
+    try:
+        for kind in ("native", "python"):
+            spark.conf.set(NATIVE_WRITE_CONF, str(kind == "native").lower())
+            table = str(tmp_path / kind)
+            write_delta(spark.range(0, 10, 1, 1).selectExpr("id", "id * 2 as v"), table)
+            source = spark.range(5, 15, 1, 1).selectExpr("id", "id * 100 as v")
+            builder = merge_delta(table, source, "t.id = s.id")
+            builder.when_matched_update_all().when_not_matched_insert_all().execute()
+            assert builder.executor == "spark"
+            update(spark, table, {"v": "v + 1"}, "id < 3")
+            delete(spark, table, "id = 14")
+            results[kind] = sorted(
+                DeltaTable(table).to_pyarrow_table().to_pylist(), key=lambda r: r["id"]
+            )
+    finally:
+        spark.conf.unset(NATIVE_WRITE_CONF)
+        spark.conf.unset(IN_PROCESS_SOURCE_BYTES)
+    assert len(used) == 4  # the write, MERGE, UPDATE and DELETE of the native table
+    assert results["native"] == results["python"]
+    expected = [{"id": i, "v": i * 2 + (i < 3)} for i in range(5)]
+    assert results["native"] == expected + [{"id": i, "v": i * 100} for i in range(5, 14)]
