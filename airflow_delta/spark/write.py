@@ -11,13 +11,13 @@ partitions its rows fall in (rows sorted by partition value within the task, no 
 optimized writes (`delta.autoOptimize.optimizeWrite` or the session conf OPTIMIZE_WRITE_CONF)
 first shuffle the rows by partition value, for one file per partition value and size. The
 driver only collects those rows: no driver-side filesystem access and no SparkContext or RDD,
-so a local session, a standalone cluster and Spark Connect behave alike. A plain write of
-`write_delta` (no constraint, computed column, column mapping, row tracking column or change
-data; flat primitive columns; a local table: `native_write.native_refusal`) can go through
-Spark's own parquet writer instead, its stats read from the files' footers
-(`spark/native_write.py`), unless the session conf `spark.airflow_delta.write.native=false`
-turns it off. `write_change_files` is the variant
-for rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
+so a local session, a standalone cluster and Spark Connect behave alike. A plain write
+(`write_delta`, or a MERGE, UPDATE or DELETE rewrite: no constraint, computed column, column
+mapping, row tracking column or change data; flat primitive columns; a local table:
+`native_write.native_refusal`) goes through Spark's own parquet writer instead, its stats read
+from the files' footers (`spark/native_write.py`), unless the session conf
+`spark.airflow_delta.write.native=false` turns it off. `write_change_files` is the variant for
+rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
 writes `_change_data` files, through a second `DataFileWriter` of change data.
 
 `write_delta` runs a whole write (append, overwrite, replaceWhere, dynamic partition overwrite,
