@@ -14,9 +14,9 @@ driver only collects those rows: no driver-side filesystem access and no SparkCo
 so a local session, a standalone cluster and Spark Connect behave alike. A plain write
 (`write_delta`, or a MERGE, UPDATE or DELETE rewrite: no constraint, computed column, column
 mapping, row tracking column or change data; flat primitive columns; a local table:
-`native_write.native_refusal`) goes through Spark's own parquet writer instead, its stats read
-from the files' footers (`spark/native_write.py`), unless the session conf
-`spark.airflow_delta.write.native=false` turns it off. `write_change_files` is the variant for
+`native_write.native_refusal`) can go through Spark's own parquet writer instead, its stats
+read from the files' footers (`spark/native_write.py`), when the session conf
+`spark.airflow_delta.write.native=true` asks for it. `write_change_files` is the variant for
 rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
 writes `_change_data` files, through a second `DataFileWriter` of change data.
 
@@ -273,7 +273,7 @@ def write_files(
     `partition_by`, when given, must be the table's partition columns. `constraints` are
     checked on every row besides the table's own (raises ConstraintViolationError). Storage
     options default to the transaction's table's. `native` (the default) lets a plain write go
-    through Spark's parquet writer (`spark/native_write.py`) when the session allows it.
+    through Spark's parquet writer (`spark/native_write.py`) when the session asks for it.
 
     On a table with row tracking enabled, `df` may carry its two materialized columns (as
     `scan_files(..., row_tracking=...)` gives them, NULL for a fresh row or a new commit

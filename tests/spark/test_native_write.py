@@ -69,7 +69,7 @@ _rows = st.lists(
 
 @pytest.fixture
 def native_conf(spark: SparkSession) -> Iterator[None]:
-    """The session asks for Spark's parquet writer (the default) during the test."""
+    """The session asks for Spark's parquet writer (off by default) during the test."""
     spark.conf.set(NATIVE_WRITE_CONF, "true")
     yield
     spark.conf.unset(NATIVE_WRITE_CONF)
@@ -182,11 +182,10 @@ def test_writes_it_does_not_cover_use_python_tasks(
     assert write_delta(df, table, partition_by=["p"]).metrics["numFiles"] == 1
     stats = json.loads(next(iter(DeltaLog.for_table(table).update().all_files())).stats)
     assert stats["nullCount"] == {"id": 0, "xs": 0}
-    spark.conf.set(NATIVE_WRITE_CONF, "false")  # plain writes too
+    spark.conf.set(NATIVE_WRITE_CONF, "false")
     assert write_delta(spark.range(2), str(tmp_path / "u")).metrics["numOutputRows"] == 2
-    spark.conf.unset(NATIVE_WRITE_CONF)  # on by default
-    with pytest.raises(AssertionError, match="Spark's parquet writer"):
-        write_delta(spark.range(2), str(tmp_path / "v"))
+    spark.conf.unset(NATIVE_WRITE_CONF)  # off by default
+    assert write_delta(spark.range(2), str(tmp_path / "v")).metrics["numOutputRows"] == 2
 
 
 def test_an_empty_frame_adds_no_file(
@@ -198,11 +197,11 @@ def test_an_empty_frame_adds_no_file(
     assert sorted(p.name for p in table.iterdir()) == ["_delta_log"]
 
 
-def test_spark_rewrites_use_it_by_default(
+def test_spark_rewrites_use_it_when_enabled(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MERGE, UPDATE and DELETE on Spark write their plain rewrites with Spark's parquet writer
-    too (the default), and deltalake reads what the Python tasks would have written."""
+    """With the conf on, MERGE, UPDATE and DELETE on Spark write their plain rewrites with
+    Spark's parquet writer too, and deltalake reads what the Python tasks would have written."""
     import airflow_delta.spark.write as write_module
     from airflow_delta.spark import delete, merge_delta, update
     from airflow_delta.spark.merge_source import IN_PROCESS_SOURCE_BYTES
