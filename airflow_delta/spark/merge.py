@@ -14,12 +14,9 @@
    `t.<partition> = s.<column>` (as `IN` over the distinct source values) of the condition select
    the candidate files through `filter_files_arrow`, which records the read for the conflict
    checks (without a WHEN NOT MATCHED BY SOURCE clause only: those need every target row);
-2. findTouchedFiles (`spark/merge_search.py`): the source joined with the candidate rows finds
-   the files holding rows that a MATCHED or NOT MATCHED BY SOURCE clause modifies, and target
-   rows matched by several source rows (MultipleSourceRowMatchingTargetRowInMergeError). It
-   first counts each joined row once, without grouping the matches per target row; step 3
-   then counts the target rows it rewrites, and when one matched several source rows, its
-   files are deleted and both steps run again with the exact search;
+2. findTouchedFiles: the source joined with the candidate rows finds the files holding rows that
+   a MATCHED or NOT MATCHED BY SOURCE clause modifies, and target rows matched by several
+   source rows (MultipleSourceRowMatchingTargetRowInMergeError);
 3. writeAllChanges: the rows of the touched files, updated, deleted or copied per clause, and
    the inserted source rows are written by `write_files`; the touched files are removed and
    every other file stays. On a table with deletion vectors enabled
@@ -58,12 +55,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField
 
@@ -74,12 +71,14 @@ from airflow_delta.engine.commands.identity_values import check_merge_clauses
 from airflow_delta.engine.commands.merge import (
     MATCHED,
     NOT_MATCHED,
+    NOT_MATCHED_BY_SOURCE,
     MergeClause,
     arrow_table,
 )
 from airflow_delta.engine.commands.merge_in_process import ArrowMergeBuilder
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
+    DeltaError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
@@ -89,27 +88,15 @@ from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
-from airflow_delta.spark.deletion_vectors import (
-    DeletionVectorChanges,
-)
+from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
-from airflow_delta.spark.merge_search import (
-    ACTION,
-    DELETE_ALL,
-    FILE,
-    ROW,
-    SOURCE,
-    Found,
-    TouchedFilesSearch,
-    first_clause,
-)
 from airflow_delta.spark.merge_source import (
     IN_PROCESS_SOURCE_BYTES,
     SourceFacts,
     collect_small_source,
 )
-from airflow_delta.spark.read import scan_files
-from airflow_delta.spark.write import remove_written, write_change_files, write_files
+from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
+from airflow_delta.spark.write import write_change_files, write_files
 
 __all__ = [
     "IN_PROCESS_SOURCE_BYTES",
@@ -122,28 +109,32 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_FILE = "__delta_merge_file"
+_ROW = "__delta_merge_row_id"
+_SOURCE = "__delta_merge_source_row"
+_ACTION = "__delta_merge_clause"
 _TARGET = "__delta_merge_target_row"
 _BEFORE = "__delta_merge_preimage"
-#: The observed metric of a rewrite: its target rows, counted once per source row matched.
-_TARGET_ROWS = "target_rows"
 #: The change a row of each clause action records on a change-data-feed table.
 _CHANGE_TYPES = {"insert": "insert", "update": "update_postimage", "delete": "delete"}
 
 
 @dataclass
-class _Written:
-    """What a MERGE on Spark wrote: what the search found, the touched files (removed, or
-    given deletion vectors by `dvs`), the files added, and the touched files' rows."""
+class _Found:
+    """What findTouchedFiles found: the touched files (log paths), the target rows each
+    modifying clause changes, whether a touched file holds a row several source rows matched
+    and no clause modifies (or an unconditional DELETE deletes), whether an untouched file
+    holds a matched row, and per touched file (count, indexes of its modified rows: with
+    deletion vectors only)."""
 
-    found: Found
-    touched: pa.StructArray
-    adds: list[AddFile]
-    cdcs: list[AddCDCFile]
-    dvs: DeletionVectorChanges | None
-    rows: int
+    paths: list[str] = field(default_factory=list)
+    per_clause: list[int] = field(default_factory=list)
+    duplicates: bool = False
+    untouched_matches: bool = False
+    modified: dict[str, tuple[int, RowIndexes | None]] = field(default_factory=dict)
 
 
-class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
+class DeltaMergeBuilder(ArrowMergeBuilder):
     """MERGE of `source_df` (a Spark DataFrame, or Arrow data) into the Delta table at
     `target_uri`; `merge_delta` builds it.
 
@@ -201,64 +192,29 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         return self._write_spark(txn)
 
     def _write_spark(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
-        """Read the candidate files, write the changed rows on Spark; actions and metrics.
-
-        The touched files are first searched for without grouping the matches per target row
-        (unless deletion vectors need each row once, or a lone unconditional DELETE may match
-        a row several times): the rewrite then counts its target rows, and when a target row
-        matched several source rows its files are deleted and the exact search runs (raising
-        MultipleSourceRowMatchingTargetRowInMergeError, or copying such rows once)."""
+        """Read the candidate files, write the changed rows on Spark; actions and metrics."""
         spark, snapshot = self.source_df.sparkSession, txn.snapshot
         self._facts = SourceFacts(self.source_df)  # one job: row count, pruning bounds
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         target = scan_files(spark, snapshot, files)
-        self._check_assignments([f.name for f in target.schema.fields], self.source_df.columns)
+        fields = target.schema.fields
+        self._check_assignments([f.name for f in fields], self.source_df.columns)
         self._column_rules = self._computed_columns(txn)
         self._dvs = deletion_vectors_enabled(txn)
         self._tracking = RowTracking.of(txn.metadata)
-        source = self.source_df.withColumn(SOURCE, F.lit(True))
-        # several matches are legal for a lone unconditional DELETE: searched for exactly
-        delete_only = [c for c in self.clauses if c.kind == MATCHED] == [DELETE_ALL]
-        written = self._changed_files(txn, source, target, files, self._dvs or delete_only)
-        if written is None:
-            log.info("MERGE into %s: searching again, row by row", self.target_uri)
-            written = self._changed_files(txn, source, target, files, exact=True)
-        assert written is not None, "the exact search checks its rewrite"
-        found, touched, dvs = written.found, written.touched, written.dvs
-        actions, metrics = self._metrics(
-            found.per_clause, touched, written.rows, written.adds, self._facts.rows()
-        )
-        if dvs is not None:
-            actions, metrics = with_deletion_vectors(actions, metrics, touched, dvs)
-        cdcs = written.cdcs
-        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
-
-    def _changed_files(
-        self,
-        txn: OptimisticTransaction,
-        source: DataFrame,
-        target: DataFrame,
-        files: pa.StructArray,
-        exact: bool,
-    ) -> _Written | None:
-        """Find the touched files among the candidate `files` (read by `target`) and write
-        their changed rows and the inserts. `exact`: the search groups the matches per target
-        row; else the rewrite counts its target rows, and None means one matched several
-        source rows (the files written are deleted again)."""
-        spark, snapshot = source.sparkSession, txn.snapshot
+        source = self.source_df.withColumn(_SOURCE, F.lit(True))
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
-        found = Found(per_clause=[0] * len(modifying))
+        found = _Found(per_clause=[0] * len(modifying))
         if modifying:
             identified = self._identified_rows(spark, snapshot, files, target)
-            found = self._find_touched_files(source, identified, modifying, exact)
+            found = self._find_touched_files(source, identified, modifying)
         touched = files.filter(pc.is_in(files.field("path"), pa.array(found.paths, pa.string())))
         # change data files unless the MERGE only inserts (readers take its adds as inserts)
         self._changes = bool(len(touched)) and change_data_feed_enabled(txn.protocol, txn.metadata)
         dvs = None
         if self._dvs:  # the touched files keep their unmodified rows under a deletion vector
-            dvs = file_changes(spark, txn, touched, found.modified, FILE)
-        check = None if exact or not len(touched) else Observation()
-        output = self._output_rows(source, target, snapshot, (touched, len(files)), found, check)
+            dvs = file_changes(spark, txn, touched, found.modified, _FILE)
+        output = self._output_rows(source, target, snapshot, (touched, len(files)), found)
 
         def write() -> tuple[list[AddFile], list[AddCDCFile]]:
             if output is None:
@@ -269,13 +225,15 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
 
         adds, cdcs = write() if dvs is None else dvs.write(write)
         if dvs is None:
-            rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
+            num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
         else:  # rows a DV leaves in place are not copied
-            rows = sum(n for n, _ in found.modified.values())
-        if check is not None and _observed(check) != rows:
-            remove_written(txn, [*adds, *cdcs])
-            return None
-        return _Written(found, touched, adds, cdcs, dvs, rows)
+            num_rows = sum(n for n, _ in found.modified.values())
+        actions, metrics = self._metrics(
+            found.per_clause, touched, num_rows, adds, self._facts.rows()
+        )
+        if dvs is not None:
+            actions, metrics = with_deletion_vectors(actions, metrics, touched, dvs)
+        return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
 
     def _output_rows(
         self,
@@ -283,13 +241,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         target: DataFrame,
         snapshot: Snapshot,
         files: tuple[pa.StructArray, int],
-        found: Found,
-        check: Observation | None = None,
+        found: _Found,
     ) -> DataFrame | None:
         """The rows to write (None: none): the touched files' rows after the MATCHED and NOT
         MATCHED BY SOURCE clauses (with deletion vectors, the modified ones only), and the
         inserted source rows. `files`: the touched files and the number of candidate files
-        (`target` reads those); `check` observes the rewrite's target rows (_TARGET_ROWS)."""
+        (`target` reads those)."""
         spark, fields = source.sparkSession, target.schema.fields
         touched, candidates = files
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
@@ -297,7 +254,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         keys: dict[str, Any] = {"row_tracking": self._tracking.names if self._tracking else None}
         duplicates = found.duplicates
         if duplicates:
-            keys |= {"file_column": FILE, "row_index_column": ROW}
+            keys |= {"file_column": _FILE, "row_index_column": _ROW}
         outputs = []
 
         def touched_rows() -> DataFrame:
@@ -310,14 +267,13 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
             # full outer join gives the updates, copies and inserts
             if len(touched):
                 rows = touched_rows().withColumn(_TARGET, F.lit(True))
-                clauses = modifying + inserting
-                outputs.append(self._rewrite_all(source, rows, fields, clauses, check))
+                outputs.append(self._rewrite_all(source, rows, fields, modifying + inserting))
             else:
                 outputs.append(self._insert(source, None, fields, inserting))
         else:
             if len(touched):
                 rows = touched_rows()
-                outputs.append(self._rewrite(source, rows, fields, modifying, duplicates, check))
+                outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
             if inserting:
                 outputs.append(self._insert(source, target, fields, inserting))
         if not outputs:
@@ -352,6 +308,134 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
             return "NULL"
         return sql
 
+    # -- the joins --------------------------------------------------------------------------
+
+    def _join(self, source: DataFrame, target: DataFrame, how: str) -> DataFrame:
+        return source.alias(self.source_alias).join(
+            target.alias(self.target_alias), F.expr(self.condition), how
+        )
+
+    def _identified_rows(
+        self, spark: Any, snapshot: Any, files: pa.StructArray, target: DataFrame
+    ) -> tuple[DataFrame, Callable[[Any], str]]:
+        """The candidate rows with a file key (`_FILE`) and a row id (`_ROW`) unique in the
+        query, and the function mapping a file key to the file's log path.
+
+        A plain scan (`target`, the candidate files' scan, with no partition values and no
+        deletion vectors: no join inside) takes Spark's own file name and a generated id, both
+        computed while the file is read; otherwise, and when the MERGE writes deletion vectors
+        (which need each row's index in its file), the scan attaches the log path and the row
+        index itself.
+        """
+        plain = (
+            not self._dvs
+            and not snapshot.metadata.partition_columns
+            and (pc.struct_field(files, "deletionVector").null_count == len(files))
+        )
+        if not plain or not len(files):
+            rows = scan_files(spark, snapshot, files, file_column=_FILE, row_index_column=_ROW)
+            return rows, lambda key: key
+        layout = TableLayout.of(spark, snapshot)
+        by_uri = {
+            _file_uri(spark_uri(layout.resolve(path))): path
+            for path in pc.struct_field(files, "path").to_pylist()
+        }
+
+        def log_path(key: Any) -> str:
+            key = _file_uri(key)
+            if key not in by_uri:
+                raise DeltaError(
+                    f"MERGE into {self.target_uri}: rows of an unexpected data file {key!r}"
+                )
+            return by_uri[key]
+
+        rows = target.select(
+            "*",
+            F.input_file_name().alias(_FILE),
+            F.monotonically_increasing_id().alias(_ROW),
+        )
+        return rows, log_path
+
+    def _find_touched_files(
+        self,
+        source: DataFrame,
+        identified: tuple[DataFrame, Callable[[Any], str]],
+        clauses: list[MergeClause],
+    ) -> _Found:
+        """The touched files, the target rows each clause modifies, whether a touched file
+        holds a row matched by several source rows that no clause modifies (copied once) or
+        that an unconditional DELETE deletes (recorded as one change), whether an untouched
+        file holds a row some source row matched, and per touched file its modified rows
+        (with deletion vectors, and their indexes in the file).
+
+        Raises MultipleSourceRowMatchingTargetRowInMergeError when a modified target row
+        matched several source rows (unless the only MATCHED clause is an unconditional
+        DELETE, as in Delta).
+        """
+        target, log_path = identified
+        by_source = any(c.kind == NOT_MATCHED_BY_SOURCE for c in clauses)
+        joined = self._join(source, target, "right" if by_source else "inner")
+        matched = F.col(_SOURCE).isNotNull()
+        rows = joined.select(_FILE, _ROW, matched.alias(_SOURCE), _first_clause(clauses, matched))
+        # only target rows that matched can match several times: group those alone
+        per_row = (
+            rows.where(F.col(_SOURCE))
+            .groupBy(_FILE, _ROW)
+            .agg(
+                F.count(F.lit(1)).alias("matches"),
+                F.count(_ACTION).alias("modified"),
+                F.max(_ACTION).alias(_ACTION),
+            )
+        )
+        if by_source:
+            unmatched = rows.where(~F.col(_SOURCE) & F.col(_ACTION).isNotNull()).select(
+                _FILE,
+                _ROW,
+                F.lit(0).cast("long").alias("matches"),
+                F.lit(1).cast("long").alias("modified"),
+                _ACTION,
+            )
+            columns = [_FILE, _ROW, "matches", "modified", _ACTION]
+            per_row = per_row.select(*columns).unionByName(unmatched)
+        per_file, indexes = self._per_file(per_row, len(clauses))
+        untouched_matches = any(r["modified"] == 0 and r["matched"] > 0 for r in per_file)
+        modified = [(r, i) for r, i in zip(per_file, indexes, strict=True) if r["modified"] > 0]
+        matched_clauses = [c for c in clauses if c.kind == MATCHED]
+        delete_only = matched_clauses == [MergeClause(MATCHED, "delete", None, {})]
+        conflicts = sum(r["conflicts"] for r, _ in modified)
+        if conflicts and not delete_only:
+            raise self._multiple_matches(conflicts)
+        return _Found(
+            [log_path(r[_FILE]) for r, _ in modified],
+            [sum(r[f"c{i}"] for r, _ in modified) for i in range(len(clauses))],
+            any(r["copies"] for r, _ in modified) or conflicts > 0,
+            untouched_matches,
+            {log_path(r[_FILE]): (int(r["modified"]), i) for r, i in modified},
+        )
+
+    def _per_file(
+        self, per_row: DataFrame, clauses: int
+    ) -> tuple[list[dict[str, Any]], list[RowIndexes | None]]:
+        """Per file holding a modified or matched target row (of `per_row`: one per target row,
+        with its matches, whether modified and its clause): its counts, and with deletion
+        vectors the indexes of its modified rows (else None)."""
+        several = F.col("matches") > 1
+        modified = F.col("modified") > 0
+        counts = [
+            F.count(F.when(modified, 1)).alias("modified"),
+            F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
+            F.count(F.when(several & modified, 1)).alias("conflicts"),
+            F.count(F.when(several & ~modified, 1)).alias("copies"),
+            *(F.count(F.when(F.col(_ACTION) == i, 1)).alias(f"c{i}") for i in range(clauses)),
+        ]
+        if self._dvs:
+            counts.append(changed_row_indexes(modified, _ROW).alias("indexes"))
+        found = per_row.groupBy(_FILE).agg(*counts).toArrow()
+        if not self._dvs:
+            return found.to_pylist(), [None] * found.num_rows
+        indexes = index_lists(found.column("indexes"))
+        return found.drop_columns(["indexes"]).to_pylist(), indexes
+
     def _rewrite(
         self,
         source: DataFrame,
@@ -359,20 +443,17 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         fields: list[StructField],
         clauses: list[MergeClause],
         deduplicate: bool,
-        check: Observation | None,
     ) -> DataFrame:
         """The rows of the touched files after the MATCHED and NOT MATCHED BY SOURCE clauses."""
         rows = self._join(source, target, "right")
-        if check is not None:
-            rows = rows.observe(check, F.count(F.lit(1)).alias(_TARGET_ROWS))
-        rows = rows.withColumn(ACTION, first_clause(clauses, F.col(SOURCE).isNotNull()))
+        rows = rows.withColumn(_ACTION, _first_clause(clauses, F.col(_SOURCE).isNotNull()))
         deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
         if deleting and not self._changes:  # with changes: written as `delete` changes
-            rows = rows.where(F.col(ACTION).isNull() | ~F.col(ACTION).isin(deleting))
+            rows = rows.where(F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting))
         if self._dvs:  # unmodified rows stay in place, under the files' new deletion vectors
-            rows = rows.where(F.col(ACTION).isNotNull())
+            rows = rows.where(F.col(_ACTION).isNotNull())
         if deduplicate:  # copies (or deletes) of one target row several source rows matched
-            rows = rows.dropDuplicates([FILE, ROW])
+            rows = rows.dropDuplicates([_FILE, _ROW])
         return self._outputs(rows, fields, clauses, target=True)
 
     def _rewrite_all(
@@ -381,22 +462,19 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         target: DataFrame,
         fields: list[StructField],
         clauses: list[MergeClause],
-        check: Observation | None,
     ) -> DataFrame:
         """The rows of the touched files after the MATCHED and NOT MATCHED BY SOURCE clauses and
         the inserted source rows, from one full outer join (`target` has the `_TARGET` flag)."""
         rows = self._join(source, target, "full")
-        in_source, in_target = F.col(SOURCE).isNotNull(), F.col(_TARGET).isNotNull()
-        if check is not None:
-            rows = rows.observe(check, F.count(F.when(in_target, 1)).alias(_TARGET_ROWS))
-        rows = rows.withColumn(ACTION, first_clause(clauses, in_source, in_target))
+        in_source, in_target = F.col(_SOURCE).isNotNull(), F.col(_TARGET).isNotNull()
+        rows = rows.withColumn(_ACTION, _first_clause(clauses, in_source, in_target))
         deleting = [i for i, c in enumerate(clauses) if c.action == "delete"]
-        kept = in_target & (F.col(ACTION).isNull() | ~F.col(ACTION).isin(deleting or [-1]))
+        kept = in_target & (F.col(_ACTION).isNull() | ~F.col(_ACTION).isin(deleting or [-1]))
         if self._changes:  # deleted rows written as `delete` changes
             kept = in_target
         if self._dvs:  # unmodified rows stay in place, under the files' new deletion vectors
-            kept = kept & F.col(ACTION).isNotNull()
-        rows = rows.where(kept | (~in_target & F.col(ACTION).isNotNull()))
+            kept = kept & F.col(_ACTION).isNotNull()
+        rows = rows.where(kept | (~in_target & F.col(_ACTION).isNotNull()))
         return self._outputs(rows, fields, clauses, target=True)
 
     def _insert(
@@ -412,14 +490,14 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
             rows = source.alias(self.source_alias)
         else:
             rows = self._join(source, target, "left_anti")
-        rows = rows.withColumn(ACTION, first_clause(clauses, F.lit(False)))
-        rows = rows.where(F.col(ACTION).isNotNull())
+        rows = rows.withColumn(_ACTION, _first_clause(clauses, F.lit(False)))
+        rows = rows.where(F.col(_ACTION).isNotNull())
         return self._outputs(rows, fields, clauses, target=False)
 
     def _outputs(
         self, rows: DataFrame, fields: list[StructField], clauses: list[MergeClause], target: bool
     ) -> DataFrame:
-        """The output rows of the joined `rows` (each with its clause in `ACTION`; `target`:
+        """The output rows of the joined `rows` (each with its clause in `_ACTION`; `target`:
         with a target side); on a change-data-feed table, with CHANGE_TYPE_COLUMN: NULL for a
         copied row, the clause's change for the others, and an `update_preimage` row (the
         target row as it was) besides each updated row."""
@@ -432,12 +510,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         if self._changes:
             updating = [i for i, c in enumerate(clauses) if c.action == "update"]
             twice = F.array(F.lit(False), F.lit(True))
-            before = F.when(F.col(ACTION).isin(updating or [-1]), twice)
+            before = F.when(F.col(_ACTION).isin(updating or [-1]), twice)
             rows = rows.withColumn(_BEFORE, F.explode(before.otherwise(F.array(F.lit(False)))))
-            rows = rows.withColumn(ACTION, F.when(~F.col(_BEFORE), F.col(ACTION)))
+            rows = rows.withColumn(_ACTION, F.when(~F.col(_BEFORE), F.col(_ACTION)))
             change = F.when(F.col(_BEFORE), F.lit("update_preimage"))
             for i, clause in enumerate(clauses):
-                change = change.when(F.col(ACTION) == i, F.lit(_CHANGE_TYPES[clause.action]))
+                change = change.when(F.col(_ACTION) == i, F.lit(_CHANGE_TYPES[clause.action]))
             changes.append(change.alias(CHANGE_TYPE_COLUMN))
         outputs = [self._output(f, clauses, default(f)) for f in fields]
         return rows.select(*outputs, *self._row_tracking(clauses, target), *changes)
@@ -454,7 +532,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         alias = quote_identifier(self.target_alias)
         row_id, version = (F.col(f"{alias}.{quote_identifier(n)}") for n in names)
         updating = [i for i, c in enumerate(clauses) if c.action == "update"]
-        updated = F.col(ACTION).isin(updating or [-1])
+        updated = F.col(_ACTION).isin(updating or [-1])
         version = F.when(updated, F.lit(None).cast("long")).otherwise(version)
         return [row_id.alias(names[0]), version.alias(names[1])]
 
@@ -464,7 +542,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder, TouchedFilesSearch):
         for i, clause in enumerate(clauses):
             sql = self._resolve(clause, field.name)
             if sql is not None:
-                applied = F.col(ACTION) == i
+                applied = F.col(_ACTION) == i
                 if value is None:
                     value = F.when(applied, F.expr(sql))
                 else:
@@ -523,14 +601,37 @@ def merge_delta(
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _observed(check: Observation) -> int | None:
-    """The target rows a rewrite observed (None: Spark collected no metrics for it)."""
-    try:
-        value = check.get.get(_TARGET_ROWS)
-    except Exception as exc:  # Spark reports missing metrics in several ways
-        log.debug("No observed metrics: %s", exc)
-        return None
-    return None if value is None else int(value)
+def _first_clause(
+    clauses: list[MergeClause], matched: Column, in_target: Column | None = None
+) -> Column:
+    """The index of the first clause that applies to a joined row (NULL when none does).
+
+    `matched`: the row has a source side; `in_target` (full outer joins only): it has a target
+    side. Without `in_target`, a row without a source side is a target row and vice versa.
+    """
+    first: Column | None = None
+    for i, clause in enumerate(clauses):
+        if in_target is None:
+            applies = matched if clause.kind == MATCHED else ~matched
+        elif clause.kind == MATCHED:
+            applies = matched & in_target
+        elif clause.kind == NOT_MATCHED:
+            applies = matched & ~in_target
+        else:
+            applies = ~matched & in_target
+        if clause.condition is not None:
+            applies = applies & F.expr(clause.condition)
+        first = F.when(applies, F.lit(i)) if first is None else first.when(applies, F.lit(i))
+    assert first is not None, "a MERGE has at least one clause"
+    return first.alias(_ACTION)
+
+
+def _file_uri(uri: str) -> str:
+    """`uri` with a `file:` URI's empty authority dropped (`file:///x` and `file:/x` alike)."""
+    if uri.startswith("file://"):
+        rest = uri[len("file:") :].lstrip("/")
+        return f"file:/{rest}"
+    return uri
 
 
 def _num_records(files: pa.StructArray, count: Callable[[], int]) -> int:

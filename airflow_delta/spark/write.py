@@ -534,17 +534,10 @@ class WriteOptions:
 
 def _remove_written(txn: OptimisticTransaction) -> None:
     """Delete the data files of a write whose commit failed (never committed)."""
-    remove_written(txn, [a for a in txn.committed_actions if isinstance(a, AddFile)])
-
-
-def remove_written(txn: OptimisticTransaction, files: Sequence[AddFile | AddCDCFile]) -> None:
-    """Delete the files `files` written for `txn` and never committed."""
     location = txn.location
+    paths = [a.path for a in txn.committed_actions if isinstance(a, AddFile)]
     location.store.delete_many(
-        [
-            location.store.file_path(location.root, f.path, table=txn.table, version=-1)
-            for f in files
-        ]
+        [location.store.file_path(location.root, p, table=txn.table, version=-1) for p in paths]
     )
 
 
