@@ -172,4 +172,5 @@ def test_as_in_process(
             engine_delete(uri, earlier)
     ids = sorted(source_ids)
     source = batch(ids, k=[i % 4 for i in ids], s=[f"n{i}" for i in ids], p=["a"] * len(ids))
-    merges(spark, ours, theirs, source, clauses)
+    _, result = merges(spark, ours, theirs, source, clauses)  # same rows, metrics and DVs
+    assert result.metrics["numSourceRows"] == len(ids)

@@ -472,6 +472,8 @@ def _floor_ceil(name: str) -> Function:
             return convert(value, _LONG)
         if family == "decimal":
             p, s = value.type.precision, value.type.scale
+            if s == 0:  # already whole: Spark keeps the type
+                return value
             type_ = _decimal(p - s + 1, 0)
             return _apply(
                 span,
