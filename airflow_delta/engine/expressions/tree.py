@@ -67,10 +67,12 @@ class Literal:
 
 @dataclass(frozen=True)
 class Const:
-    """A literal of the type it is compared in."""
+    """A literal of the type it is compared in, or a folded constant. `literal`: written as a
+    literal in the expression (Spark types the decimal of an integer literal by its digits)."""
 
     span: tuple[int, int]
     scalar: pa.Scalar
+    literal: bool = False
 
     @property
     def type(self) -> pa.DataType:

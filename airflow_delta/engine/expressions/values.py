@@ -51,7 +51,7 @@ def natural(node: Node) -> Expr:
     value, type_ = node.value, node.type
     if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
         type_ = pa.int32()
-    return Const(node.span, literal_scalar(value, type_))
+    return Const(node.span, literal_scalar(value, type_), literal=True)
 
 
 def _decimal_shape(t: pa.DataType) -> tuple[int, int]:
@@ -193,9 +193,13 @@ def _decimal_arithmetic(span: tuple[int, int], op: str, left: Expr, right: Expr)
 
 def _operand_shape(expr: Expr) -> tuple[int, int]:
     """(precision, scale) of a decimal operand; an integer literal takes its digits only, as
-    Spark's `DecimalType.fromLiteral` (so does a folded integer constant, where Spark would
-    take the type's)."""
-    if isinstance(expr, Const) and pa.types.is_integer(expr.type) and expr.scalar.is_valid:
+    Spark's `DecimalType.fromLiteral` (a folded constant, such as `-(1)`, takes its type's)."""
+    if (
+        isinstance(expr, Const)
+        and expr.literal
+        and pa.types.is_integer(expr.type)
+        and expr.scalar.is_valid
+    ):
         return max(len(str(abs(expr.scalar.as_py()))), 1), 0
     return _decimal_shape(expr.type)
 

@@ -111,6 +111,7 @@ GROUPS = {
         "floor(m)", "ceil(l)", "s || 'x'", "upper(s) = 'AB'", "year(ts) = 2024",
         "length(s) BETWEEN 1 AND 3", "i + 1 IN (0, 2)", "round(1.005, 2)",
         "floor(floor(m))", "ceil(round(m))", "floor(CAST(i AS decimal(10, 0)))", "round(round(m))",
+        "m + -(0)", "m * -(12)", "m + CAST(5 AS int)", "m + -5", "m - 100",
     ],
 }  # fmt: skip
 
