@@ -572,7 +572,6 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
         target_file_size=target_file_size,
         storage_options=storage_options,
         constraints=_replace_where_constraints(txn, replace_where),
-        native=True,
     )
     if dynamic:
         predicate = partitions_predicate(txn.metadata, adds)

@@ -85,6 +85,7 @@ from airflow_delta.engine.expressions.generated import (
 )
 from airflow_delta.engine.expressions.parser import parse_value
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
+from airflow_delta.engine.expressions.tokens import assigned_columns
 from airflow_delta.engine.expressions.tree import Expr
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
@@ -593,19 +594,11 @@ def update_assignments(
 ) -> dict[str, str]:
     """`assignments` keyed by the table's column `names` (matched without regard to case,
     backquotes taken off); ValueError naming an unknown or twice-assigned column."""
-    by_lower = {name.lower(): name for name in names}
-    assigned: dict[str, str] = {}
-    for key, sql in assignments.items():
-        name = key.strip()
-        if len(name) > 1 and name[0] == name[-1] == "`":
-            name = name[1:-1].replace("``", "`")
-        column = by_lower.get(name.lower())
-        if column is None or column in assigned:
-            problem = "is not a column of" if column is None else "is assigned twice in"
-            raise ValueError(
-                f"UPDATE of {table}: {key!r} {problem} the table (columns: {', '.join(names)})"
-            )
-        assigned[column] = sql
+    assigned, bad = assigned_columns(names, assignments)
+    if bad is not None:
+        raise ValueError(
+            f"UPDATE of {table}: {bad[0]!r} {bad[1]} the table (columns: {', '.join(names)})"
+        )
     return assigned
 
 

@@ -36,6 +36,7 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.expressions.tokens import (
     Token,
+    assigned_columns,
     quote_identifier,
     split_conjuncts,
     tokenize,
@@ -337,24 +338,15 @@ class MergeBuilder:
                 " and ".join(sorted({f"{c.action}-all" for c in star})),
                 ", ".join(ignored),
             )
-        prefix = f"{self.target_alias.lower()}."
         for index, clause in enumerate(self.clauses):
             if not clause.assignments:
                 continue
-            resolved: dict[str, str] = {}
-            for key, sql in clause.assignments.items():
-                name = key.strip()
-                name = name[len(prefix) :] if name.lower().startswith(prefix) else name
-                if len(name) > 1 and name[0] == name[-1] == "`":
-                    name = name[1:-1].replace("``", "`")
-                column = by_lower.get(name.lower())
-                if column is None or column in resolved:
-                    problem = "is not a column of" if column is None else "is assigned twice in"
-                    raise ValueError(
-                        f"MERGE into {self.target_uri}: {key!r} {problem} the {clause.action} "
-                        f"clause (target columns: {', '.join(columns)})."
-                    )
-                resolved[column] = sql
+            resolved, bad = assigned_columns(columns, clause.assignments, self.target_alias)
+            if bad is not None:
+                raise ValueError(
+                    f"MERGE into {self.target_uri}: {bad[0]!r} {bad[1]} the {clause.action} "
+                    f"clause (target columns: {', '.join(columns)})."
+                )
             self.clauses[index] = MergeClause(
                 clause.kind, clause.action, clause.condition, resolved
             )

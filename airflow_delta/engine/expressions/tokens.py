@@ -9,6 +9,7 @@ tokenizing gives it as an "other" token, so that MERGE conditions can be split a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from airflow_delta.engine.errors import InvalidPredicateError
@@ -48,6 +49,31 @@ def quote_identifier(name: str) -> str:
     '`a``b`'
     """
     return "`" + name.replace("`", "``") + "`"
+
+
+def assigned_columns(
+    names: Sequence[str], assignments: Mapping[str, str], alias: str | None = None
+) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """`assignments` keyed by the column of `names` each key names (without regard to case,
+    backquotes taken off, an `alias.` prefix dropped), and the first bad key with what is
+    wrong with it ("is not a column of" or "is assigned twice in"; None: no bad key). The
+    caller raises its own error."""
+    by_lower = {name.lower(): name for name in names}
+    prefix = f"{alias.lower()}." if alias else None
+    assigned: dict[str, str] = {}
+    for key, sql in assignments.items():
+        name = key.strip()
+        if prefix is not None and name.lower().startswith(prefix):
+            name = name[len(prefix) :]
+        if len(name) > 1 and name[0] == name[-1] == "`":
+            name = name[1:-1].replace("``", "`")
+        column = by_lower.get(name.lower())
+        if column is None:
+            return assigned, (key, "is not a column of")
+        if column in assigned:
+            return assigned, (key, "is assigned twice in")
+        assigned[column] = sql
+    return assigned, None
 
 
 def tokenize(text: str, *, lenient: bool = False) -> list[Token]:

@@ -136,3 +136,26 @@ def test_star_clauses_warn_about_source_columns_the_table_lacks(
     assert f"MERGE into {table}: the insert-all and update-all clause ignores" in caplog.text
     assert "the table does not have: extra." in caplog.text
     assert (7, DAY2, "y") in rows_of(table)
+
+
+def test_assignment_keys_name_target_columns(table: str) -> None:
+    """A key names a column without regard to case, with or without backquotes or the target's
+    alias; an unknown or twice-named column is a ValueError naming the clause and the table's
+    columns, and nothing is committed."""
+    version = DeltaLog.for_table(table).update().version
+    updates = pa.table({"id": [1], "day": [DAY2], "region": ["north"]}, schema=SCHEMA)
+    for key in ("nope", "s.region"):
+        with pytest.raises(ValueError, match=rf"'{key}' is not a column of the update clause"):
+            merge_arrow(table, updates, "t.id = s.id").when_matched_update(
+                {key: "s.region"}
+            ).execute()
+    bad = merge_arrow(table, updates, "t.id = s.id").when_matched_update(
+        {"T.Region": "s.region", "`region`": "'x'"}
+    )
+    with pytest.raises(ValueError, match=r"'`region`' is assigned twice in the update clause"):
+        bad.execute()
+    assert DeltaLog.for_table(table).update().version == version
+    merge_arrow(table, updates, "t.id = s.id").when_matched_update(
+        {"t.`REGION`": "upper(s.region)"}
+    ).execute()
+    assert [r[2] for r in rows_of(table) if r[0] == 1] == ["NORTH"]
