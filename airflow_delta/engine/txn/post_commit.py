@@ -17,7 +17,7 @@ from airflow_delta.engine.commands.maintenance import (
     cleanup_expired_logs,
     generate_incremental_manifest,
 )
-from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
+from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Metadata
 from airflow_delta.engine.protocol.config import TableConfig
@@ -33,6 +33,8 @@ class CommittedTransaction(Protocol):
 
     @property
     def metadata(self) -> Metadata: ...
+
+    def committed_snapshot(self, version: int) -> Snapshot: ...
 
 
 class PostCommitHook:
@@ -70,7 +72,7 @@ class CheckpointHook(PostCommitHook):
         committed_version: int,
         committed_actions: Sequence[Action],
     ) -> None:
-        load_snapshot(txn.location, committed_version).write_checkpoint()
+        txn.committed_snapshot(committed_version).write_checkpoint()
 
 
 class GenerateSymlinkManifest(PostCommitHook):
@@ -89,7 +91,7 @@ class GenerateSymlinkManifest(PostCommitHook):
         committed_version: int,
         committed_actions: Sequence[Action],
     ) -> None:
-        snapshot = load_snapshot(txn.location, committed_version)
+        snapshot = txn.committed_snapshot(committed_version)
         generate_incremental_manifest(txn.location, txn.snapshot, snapshot, committed_actions)
 
 

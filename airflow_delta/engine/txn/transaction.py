@@ -139,6 +139,7 @@ class OptimisticTransaction:
         self.attempts = 0
         self.conflicts_checked: list[int] = []
         self.hook_results: dict[str, str] = {}
+        self._committed_snapshot: Snapshot | None = None
         for hook in self.properties.post_commit_hooks:
             self.register_post_commit_hook(
                 hook if isinstance(hook, PostCommitHook) else post_commit_hook(hook)
@@ -625,7 +626,7 @@ class OptimisticTransaction:
         if not needs_checkpoint:
             return
         try:
-            load_snapshot(self.location, commit_version).write_checkpoint()
+            self.committed_snapshot(commit_version).write_checkpoint()
             self.hook_results["interval_checkpoint"] = "ok"
         except Exception as exc:
             log.warning("Failed to checkpoint table state.", exc_info=True)
@@ -633,6 +634,13 @@ class OptimisticTransaction:
             return
         # As Delta does, expired log files are cleaned up after a checkpoint.
         self.register_post_commit_hook(LogCleanupHook())
+
+    def committed_snapshot(self, version: int) -> Snapshot:
+        """The table at `version`, the one this transaction committed: loaded once, for the
+        checkpoint and every hook."""
+        if self._committed_snapshot is None or self._committed_snapshot.version != version:
+            self._committed_snapshot = load_snapshot(self.location, version)
+        return self._committed_snapshot
 
     def run_post_commit_hooks(self, version: int, committed_actions: Sequence[Action]) -> None:
         """Run every registered hook; a hook's error is logged and handed to the hook."""

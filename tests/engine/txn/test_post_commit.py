@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_delta.engine import DeltaLog
+from airflow_delta.engine import CommitProperties, DeltaLog
 from airflow_delta.engine.commands.maintenance import MANIFEST_LOCATION
 from airflow_delta.engine.txn.post_commit import GenerateSymlinkManifest, LogCleanupHook
 from tests.engine.commands.maintenance_tables import (
@@ -82,3 +82,36 @@ def test_log_cleanup_hook_honours_enable_expired_log_cleanup(tmp_path: Path) -> 
 
     assert txn.hook_results == {"log_cleanup": "ok"}
     assert_versions(delta_log, counts, first_readable=0)
+
+
+def test_the_committed_table_is_loaded_once_for_every_hook(table, monkeypatch) -> None:
+    """The interval checkpoint, a checkpoint hook and the manifest hook all need the table
+    as committed: it is loaded once for them."""
+    import airflow_delta.engine.txn.post_commit as post_commit
+    import airflow_delta.engine.txn.transaction as transaction
+
+    root, delta_log = table
+    loads: list[int | None] = []
+    original = transaction.load_snapshot
+
+    def counted(location, version=None):
+        loads.append(version)
+        return original(location, version)
+
+    monkeypatch.setattr(transaction, "load_snapshot", counted)
+    monkeypatch.setattr(post_commit, "load_snapshot", counted, raising=False)
+    for i in range(9):  # versions 1-9; version 10 is the interval checkpoint's
+        commit(delta_log, [new_file(root, {"a": str(i), "b": "x"}, f"f{i}.parquet")])
+    loads.clear()
+    properties = CommitProperties(post_commit_hooks=["checkpoint"])
+    txn = delta_log.start_transaction(properties=properties)
+    loads.clear()  # the read snapshot's
+    version = txn.commit([new_file(root, {"a": "9", "b": "x"}, "f9.parquet")], WRITE)
+    assert version == 10 and loads == [10]
+    assert txn.hook_results == {
+        "interval_checkpoint": "ok",
+        "checkpoint": "ok",
+        "symlink_manifest": "ok",
+        "log_cleanup": "ok",
+    }
+    assert (log_dir(delta_log) / f"{version:020d}.checkpoint.parquet").exists()
