@@ -84,8 +84,21 @@ def test_deltalake_reads_a_checkpoint_written_on_s3(tmp_path, s3_bucket) -> None
 
     bucket, options = s3_bucket
     table = make_table(tmp_path / "t", 3)
-    write_commit(table, 3, [{"add": {"path": "f3", "partitionValues": {}, "size": 1,
-                                     "modificationTime": 0, "dataChange": True}}])
+    write_commit(
+        table,
+        3,
+        [
+            {
+                "add": {
+                    "path": "f3",
+                    "partitionValues": {},
+                    "size": 1,
+                    "modificationTime": 0,
+                    "dataChange": True,
+                }
+            }
+        ],
+    )
     uri = upload(table, bucket, options)
     DeltaLog.for_table(uri, options).checkpoint()
     store, root = get_log_store(uri, options)

@@ -65,8 +65,8 @@ def test_golden_table(table_dir: str) -> None:
     if expect == "refuse":
         with pytest.raises(REFUSALS[table_dir]) as err:
             DeltaLog.for_table(path).update()
-        assert path in str(err.value) or table_dir in str(err.value) or "_delta_log" in str(
-            err.value
+        assert (
+            path in str(err.value) or table_dir in str(err.value) or "_delta_log" in str(err.value)
         )
         return
     try:

@@ -63,9 +63,10 @@ def test_new_column_mapped_table(spark: SparkSession, tmp_path: Path, mode: str)
         assert set(json.loads(add["stats"])["minValues"]) == {physical["id"], physical["s"]}
         file_schema = pq.read_schema(Path(path, add["path"]))
         assert file_schema.names == [physical["id"], physical["s"], physical["arr"]]
-        assert file_schema.field(physical["id"]).metadata[b"PARQUET:field_id"] == str(
-            ids["id"]
-        ).encode()
+        assert (
+            file_schema.field(physical["id"]).metadata[b"PARQUET:field_id"]
+            == str(ids["id"]).encode()
+        )
 
     expected = [
         {"id": i, "the part": str(i % 2), "s": {"a": i, "b": str(i)}, "arr": [{"x": i}]}

@@ -150,9 +150,7 @@ def test_golden_ids(spark: SparkSession, table_dir: str, expected: list, tmp_pat
     assert _ids(read_delta(spark, _golden(table_dir, tmp_path))) == expected
 
 
-def test_missing_deletion_vector_file_is_a_typed_error(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_missing_deletion_vector_file_is_a_typed_error(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "t"
     shutil.copytree(TABLES / "delta-rs__table-with-dv-small", path)
     for dv in path.glob("deletion_vector_*.bin"):

@@ -57,6 +57,7 @@ def metadata_partitioned_by(columns: list[str]) -> dict[str, Any]:
     """METADATA, partitioned by `columns` (all of them string columns of the schema)."""
     return {"metaData": {**METADATA["metaData"], "partitionColumns": columns}}
 
+
 names = st.sampled_from(["a", "b", "c", "d e", "f%20g", "日本", "x=1/y"])
 values = st.one_of(st.none(), st.sampled_from(["", "1", "a b", "é", '"q"', "}{", "2024-01-01"]))
 dv = st.one_of(

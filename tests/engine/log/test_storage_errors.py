@@ -193,4 +193,3 @@ def test_a_bad_uri_is_permanent() -> None:
     with pytest.raises(ValueError, match="nosuchproto") as caught:
         TableLocation.of("nosuchproto://bucket/t")
     assert not is_transient_storage_error(caught.value)
-

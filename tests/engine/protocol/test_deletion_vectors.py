@@ -146,7 +146,12 @@ def test_descriptors_and_file_frames() -> None:
     # the inline DV of the Delta kernels' tests decodes to the same rows
     expected = "^Bg9^0rr910000000000iXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L"
     assert dvs.deleted_row_indexes(dvs.inline_dv_bytes(expected, 44)).tolist() == [
-        3, 4, 7, 11, 18, 29,
+        3,
+        4,
+        7,
+        11,
+        18,
+        29,
     ]
     assert dvs.inline_dv_bytes(inline.path_or_inline_dv, 44) == bitmap
     dv_uuid = uuid.UUID("d2c639aa-8816-431a-aaf6-d3fe2512ff61")
