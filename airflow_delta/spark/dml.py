@@ -71,7 +71,7 @@ from airflow_delta.engine.errors import (
     InvalidPredicateError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier, split_conjuncts
-from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow, live_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile, Operation
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
@@ -193,11 +193,10 @@ def _whole_files(
         partitions = {c.lower() for c in txn.metadata.partition_columns}
         if not {c.lower() for c in txn.parse_file_predicate(pruning).columns} <= partitions:
             return None
-    records = stats_num_records(files.field("stats"))
+    records = live_num_records(files)
     if records.null_count:
         return None
-    deleted = pc.struct_field(files.field("deletionVector"), "cardinality")
-    live = pc.subtract(records, pc.fill_null(deleted, 0)).to_pylist()
+    live = records.to_pylist()
     paths = files.field("path").to_pylist()
     return {path: (n, n) for path, n in zip(paths, live, strict=True) if n > 0}
 

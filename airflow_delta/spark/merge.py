@@ -16,10 +16,16 @@
    checks (without a WHEN NOT MATCHED BY SOURCE clause only: those need every target row);
 2. findTouchedFiles: the source joined with the candidate rows finds the files holding rows that
    a MATCHED or NOT MATCHED BY SOURCE clause modifies, and target rows matched by several
-   source rows (MultipleSourceRowMatchingTargetRowInMergeError);
+   source rows (MultipleSourceRowMatchingTargetRowInMergeError), counted per file by
+   `spark/merge_matches.py`;
 3. writeAllChanges: the rows of the touched files, updated, deleted or copied per clause, and
    the inserted source rows are written by `write_files`; the touched files are removed and
-   every other file stays. On a table with deletion vectors enabled
+   every other file stays. One full outer join of the source with the touched rows gives
+   both, unless the condition is equalities between target and source columns only and
+   Spark broadcasts the source (`_join_keys`): then step 2 caches its matches with the
+   source's join columns, the touched rows are joined with the broadcast source (no shuffle
+   of the target rows), and the inserts are the source rows whose keys matched nothing. On a
+   table with deletion vectors enabled
    (`spark/merge_deletion_vectors.py`) step 2 also collects the modified rows' indexes in
    their files, only the updated rows are written (no copies), and a touched file keeping
    unmodified rows is re-added with a new deletion vector (its old DV's rows and the modified
@@ -55,7 +61,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -82,17 +87,22 @@ from airflow_delta.engine.errors import (
     MultipleSourceRowMatchingTargetRowInMergeError,
     UnsupportedMergeError,
 )
-from airflow_delta.engine.expressions.tokens import quote_identifier
+from airflow_delta.engine.expressions.tokens import quote_identifier, split_conjuncts
 from airflow_delta.engine.log.snapshot import Snapshot
-from airflow_delta.engine.protocol.action_types import stats_num_records
+from airflow_delta.engine.protocol.action_types import live_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
-from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
+from airflow_delta.spark.merge_matches import CLAUSE as _ACTION
+from airflow_delta.spark.merge_matches import FILE as _FILE
+from airflow_delta.spark.merge_matches import ROW as _ROW
+from airflow_delta.spark.merge_matches import SOURCE as _SOURCE
+from airflow_delta.spark.merge_matches import Found, count_matches
 from airflow_delta.spark.merge_source import (
     IN_PROCESS_SOURCE_BYTES,
     SourceFacts,
+    broadcast_by_spark,
     collect_small_source,
 )
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
@@ -109,29 +119,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_FILE = "__delta_merge_file"
-_ROW = "__delta_merge_row_id"
-_SOURCE = "__delta_merge_source_row"
-_ACTION = "__delta_merge_clause"
 _TARGET = "__delta_merge_target_row"
 _BEFORE = "__delta_merge_preimage"
+_KEY = "__delta_merge_key"
 #: The change a row of each clause action records on a change-data-feed table.
 _CHANGE_TYPES = {"insert": "insert", "update": "update_postimage", "delete": "delete"}
-
-
-@dataclass
-class _Found:
-    """What findTouchedFiles found: the touched files (log paths), the target rows each
-    modifying clause changes, whether a touched file holds a row several source rows matched
-    and no clause modifies (or an unconditional DELETE deletes), whether an untouched file
-    holds a matched row, and per touched file (count, indexes of its modified rows: with
-    deletion vectors only)."""
-
-    paths: list[str] = field(default_factory=list)
-    per_clause: list[int] = field(default_factory=list)
-    duplicates: bool = False
-    untouched_matches: bool = False
-    modified: dict[str, tuple[int, RowIndexes | None]] = field(default_factory=dict)
 
 
 class DeltaMergeBuilder(ArrowMergeBuilder):
@@ -204,26 +196,32 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         self._tracking = RowTracking.of(txn.metadata)
         source = self.source_df.withColumn(_SOURCE, F.lit(True))
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
-        found = _Found(per_clause=[0] * len(modifying))
+        found = Found(per_clause=[0] * len(modifying))
         if modifying:
             identified = self._identified_rows(spark, snapshot, files, target)
-            found = self._find_touched_files(source, identified, modifying)
-        touched = files.filter(pc.is_in(files.field("path"), pa.array(found.paths, pa.string())))
-        # change data files unless the MERGE only inserts (readers take its adds as inserts)
-        self._changes = bool(len(touched)) and change_data_feed_enabled(txn.protocol, txn.metadata)
-        dvs = None
-        if self._dvs:  # the touched files keep their unmodified rows under a deletion vector
-            dvs = file_changes(spark, txn, touched, found.modified, _FILE)
-        output = self._output_rows(source, target, snapshot, (touched, len(files)), found)
+            found = self._find_touched_files(source, identified, modifying, self._join_keys())
+        try:  # the search's cached matches serve the write
+            paths = pa.array(found.paths, pa.string())
+            touched = files.filter(pc.is_in(files.field("path"), paths))
+            # change data files unless the MERGE only inserts (readers take adds as inserts)
+            self._changes = bool(len(touched)) and change_data_feed_enabled(
+                txn.protocol, txn.metadata
+            )
+            dvs = None
+            if self._dvs:  # the touched files keep their unmodified rows under a DV
+                dvs = file_changes(spark, txn, touched, found.modified, _FILE)
+            output = self._output_rows(source, target, snapshot, (touched, len(files)), found)
 
-        def write() -> tuple[list[AddFile], list[AddCDCFile]]:
-            if output is None:
-                return [], []
-            if self._changes:
-                return write_change_files(txn, output)
-            return write_files(txn, output), []
+            def write() -> tuple[list[AddFile], list[AddCDCFile]]:
+                if output is None:
+                    return [], []
+                if self._changes:
+                    return write_change_files(txn, output)
+                return write_files(txn, output), []
 
-        adds, cdcs = write() if dvs is None else dvs.write(write)
+            adds, cdcs = write() if dvs is None else dvs.write(write)
+        finally:
+            found.release()
         if dvs is None:
             num_rows = _num_records(touched, lambda: scan_files(spark, snapshot, touched).count())
         else:  # rows a DV leaves in place are not copied
@@ -241,7 +239,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         target: DataFrame,
         snapshot: Snapshot,
         files: tuple[pa.StructArray, int],
-        found: _Found,
+        found: Found,
     ) -> DataFrame | None:
         """The rows to write (None: none): the touched files' rows after the MATCHED and NOT
         MATCHED BY SOURCE clauses (with deletion vectors, the modified ones only), and the
@@ -262,20 +260,23 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 return target  # every candidate file is touched: their scan, planned once
             return scan_files(spark, snapshot, touched, **keys)
 
-        if modifying and inserting and not duplicates and not found.untouched_matches:
+        plain = not duplicates and not found.untouched_matches and found.matches is None
+        if modifying and inserting and plain:
             # every source row matching a candidate row matched one of the touched files: one
             # full outer join gives the updates, copies and inserts
             if len(touched):
                 rows = touched_rows().withColumn(_TARGET, F.lit(True))
                 outputs.append(self._rewrite_all(source, rows, fields, modifying + inserting))
             else:
-                outputs.append(self._insert(source, None, fields, inserting))
+                outputs.append(self._insert(source.alias(self.source_alias), fields, inserting))
         else:
             if len(touched):
                 rows = touched_rows()
                 outputs.append(self._rewrite(source, rows, fields, modifying, duplicates))
             if inserting:
-                outputs.append(self._insert(source, target, fields, inserting))
+                outputs.append(
+                    self._insert(self._unmatched(source, target, found), fields, inserting)
+                )
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs[0].unionByName(outputs[1])
@@ -356,12 +357,28 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         )
         return rows, log_path
 
+    def _join_keys(self) -> list[str]:
+        """The source's join columns, when the search should keep its matches to find the
+        inserted rows: a MERGE that modifies and inserts, on a condition of equalities between
+        target and source columns only (a source row matches or not by those columns alone),
+        from a source Spark broadcasts. The rewrite then joins the touched rows with the
+        broadcast source (no shuffle of the target rows, which a full outer join needs) and
+        the inserts are the source rows whose keys matched nothing. Else none."""
+        kinds = {c.kind for c in self.clauses}
+        if kinds != {MATCHED, NOT_MATCHED} or not self._plain_condition():
+            return []
+        columns = [self._equality(c) for c in split_conjuncts(self.condition)]
+        if not columns or None in columns or not broadcast_by_spark(self.source_df):
+            return []
+        return [c[1] for c in columns if c is not None]
+
     def _find_touched_files(
         self,
         source: DataFrame,
         identified: tuple[DataFrame, Callable[[Any], str]],
         clauses: list[MergeClause],
-    ) -> _Found:
+        keys: list[str],
+    ) -> Found:
         """The touched files, the target rows each clause modifies, whether a touched file
         holds a row matched by several source rows that no clause modifies (copied once) or
         that an unconditional DELETE deletes (recorded as one change), whether an untouched
@@ -370,71 +387,33 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
 
         Raises MultipleSourceRowMatchingTargetRowInMergeError when a modified target row
         matched several source rows (unless the only MATCHED clause is an unconditional
-        DELETE, as in Delta).
+        DELETE, as in Delta). With `keys` (source columns), the matches are cached with those
+        columns' values and kept in the result (`Found.matches`).
         """
         target, log_path = identified
         by_source = any(c.kind == NOT_MATCHED_BY_SOURCE for c in clauses)
         joined = self._join(source, target, "right" if by_source else "inner")
         matched = F.col(_SOURCE).isNotNull()
-        rows = joined.select(_FILE, _ROW, matched.alias(_SOURCE), _first_clause(clauses, matched))
-        # only target rows that matched can match several times: group those alone
-        per_row = (
-            rows.where(F.col(_SOURCE))
-            .groupBy(_FILE, _ROW)
-            .agg(
-                F.count(F.lit(1)).alias("matches"),
-                F.count(_ACTION).alias("modified"),
-                F.max(_ACTION).alias(_ACTION),
-            )
-        )
-        if by_source:
-            unmatched = rows.where(~F.col(_SOURCE) & F.col(_ACTION).isNotNull()).select(
-                _FILE,
-                _ROW,
-                F.lit(0).cast("long").alias("matches"),
-                F.lit(1).cast("long").alias("modified"),
-                _ACTION,
-            )
-            columns = [_FILE, _ROW, "matches", "modified", _ACTION]
-            per_row = per_row.select(*columns).unionByName(unmatched)
-        per_file, indexes = self._per_file(per_row, len(clauses))
-        untouched_matches = any(r["modified"] == 0 and r["matched"] > 0 for r in per_file)
-        modified = [(r, i) for r, i in zip(per_file, indexes, strict=True) if r["modified"] > 0]
-        matched_clauses = [c for c in clauses if c.kind == MATCHED]
-        delete_only = matched_clauses == [MergeClause(MATCHED, "delete", None, {})]
-        conflicts = sum(r["conflicts"] for r, _ in modified)
-        if conflicts and not delete_only:
-            raise self._multiple_matches(conflicts)
-        return _Found(
-            [log_path(r[_FILE]) for r, _ in modified],
-            [sum(r[f"c{i}"] for r, _ in modified) for i in range(len(clauses))],
-            any(r["copies"] for r, _ in modified) or conflicts > 0,
-            untouched_matches,
-            {log_path(r[_FILE]): (int(r["modified"]), i) for r, i in modified},
-        )
-
-    def _per_file(
-        self, per_row: DataFrame, clauses: int
-    ) -> tuple[list[dict[str, Any]], list[RowIndexes | None]]:
-        """Per file holding a modified or matched target row (of `per_row`: one per target row,
-        with its matches, whether modified and its clause): its counts, and with deletion
-        vectors the indexes of its modified rows (else None)."""
-        several = F.col("matches") > 1
-        modified = F.col("modified") > 0
-        counts = [
-            F.count(F.when(modified, 1)).alias("modified"),
-            F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
-            F.count(F.when(several & modified, 1)).alias("conflicts"),
-            F.count(F.when(several & ~modified, 1)).alias("copies"),
-            *(F.count(F.when(F.col(_ACTION) == i, 1)).alias(f"c{i}") for i in range(clauses)),
+        alias = quote_identifier(self.source_alias)
+        key_values = [
+            F.col(f"{alias}.{quote_identifier(k)}").alias(f"{_KEY}{i}") for i, k in enumerate(keys)
         ]
-        if self._dvs:
-            counts.append(changed_row_indexes(modified, _ROW).alias("indexes"))
-        found = per_row.groupBy(_FILE).agg(*counts).toArrow()
-        if not self._dvs:
-            return found.to_pylist(), [None] * found.num_rows
-        indexes = index_lists(found.column("indexes"))
-        return found.drop_columns(["indexes"]).to_pylist(), indexes
+        rows = joined.select(
+            _FILE, _ROW, matched.alias(_SOURCE), _first_clause(clauses, matched), *key_values
+        )
+        if keys:
+            rows = rows.cache()
+        try:
+            found = count_matches(rows, len(clauses), by_source, self._dvs, log_path)
+            delete = [MergeClause(MATCHED, "delete", None, {})]
+            if found.conflicts and [c for c in clauses if c.kind == MATCHED] != delete:
+                raise self._multiple_matches(found.conflicts)
+        except BaseException:
+            rows.unpersist()
+            raise
+        if keys:
+            found.matches, found.keys = rows, keys
+        return found
 
     def _rewrite(
         self,
@@ -477,19 +456,25 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         rows = rows.where(kept | (~in_target & F.col(_ACTION).isNotNull()))
         return self._outputs(rows, fields, clauses, target=True)
 
+    def _unmatched(self, source: DataFrame, target: DataFrame, found: Found) -> DataFrame:
+        """The source rows that match no candidate row (`target`): those whose join keys are
+        not among the search's matches when it kept them (broadcast), else by the condition."""
+        if found.matches is None:
+            return self._join(source, target, "left_anti")
+        keys = [f"{_KEY}{i}" for i in range(len(found.keys))]
+        matched = found.matches.select(*keys).distinct().alias(_KEY)
+        alias = quote_identifier(self.source_alias)
+        on = [
+            F.col(f"{alias}.{quote_identifier(name)}") == F.col(f"{_KEY}.{key}")
+            for name, key in zip(found.keys, keys, strict=True)
+        ]
+        return source.alias(self.source_alias).join(F.broadcast(matched), on, "left_anti")
+
     def _insert(
-        self,
-        source: DataFrame,
-        target: DataFrame | None,
-        fields: list[StructField],
-        clauses: list[MergeClause],
+        self, rows: DataFrame, fields: list[StructField], clauses: list[MergeClause]
     ) -> DataFrame:
-        """The source rows that match no candidate row (`target`; None: all of them match
-        none), after the NOT MATCHED clauses."""
-        if target is None:
-            rows = source.alias(self.source_alias)
-        else:
-            rows = self._join(source, target, "left_anti")
+        """The unmatched source `rows` (under the source alias) after the NOT MATCHED
+        clauses."""
         rows = rows.withColumn(_ACTION, _first_clause(clauses, F.lit(False)))
         rows = rows.where(F.col(_ACTION).isNotNull())
         return self._outputs(rows, fields, clauses, target=False)
@@ -636,11 +621,5 @@ def _file_uri(uri: str) -> str:
 
 def _num_records(files: pa.StructArray, count: Callable[[], int]) -> int:
     """Rows in `files` from their stats (minus deletion vectors), else `count()`."""
-    if not len(files):
-        return 0
-    found = stats_num_records(files.field("stats"))
-    if found.null_count:
-        return count()
-    total = pc.sum(found).as_py()
-    deleted = pc.sum(pc.struct_field(files.field("deletionVector"), "cardinality")).as_py()
-    return int(total - (deleted or 0))
+    live = live_num_records(files)
+    return count() if live.null_count else int(pc.sum(live).as_py() or 0)

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_IN_PROCESS_SOURCE_BYTES",
     "IN_PROCESS_SOURCE_BYTES",
     "SourceFacts",
+    "broadcast_by_spark",
     "collect_small_source",
 ]
 
@@ -151,5 +152,22 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
         return None
     if not all(isinstance(f.dataType, _COLLECTED_TYPES) for f in df.schema.fields):
         return None
-    estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    estimate = _estimated_bytes(df)
     return df.toArrow() if estimate <= limit else None
+
+
+def broadcast_by_spark(df: DataFrame) -> bool:
+    """Whether Spark broadcasts `df` in a join on its own: its estimated size is at most the
+    session's `spark.sql.autoBroadcastJoinThreshold` (False on Spark Connect, whose plans the
+    client cannot inspect)."""
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        return False
+    threshold = int(
+        df.sparkSession._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold()
+    )
+    return threshold >= 0 and _estimated_bytes(df) <= threshold
+
+
+def _estimated_bytes(df: DataFrame) -> int:
+    """Spark's estimate of a classic DataFrame's size in bytes (its optimized plan's stats)."""
+    return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))

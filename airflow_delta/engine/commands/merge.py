@@ -535,30 +535,23 @@ class MergeBuilder:
         """(target column, source column) of each equality of the condition; `conjuncts` come
         with their partition predicates (those over literals are evaluated on the files)."""
         keys = []
-        target_alias = self.target_alias.lower()
         by_lower = {n.lower(): n for n in table.names}
         for conjunct, partition in conjuncts:
             if partition is not None and not self._reads_source(conjunct):
                 continue
-            equalities = [t for t in tokenize(conjunct, lenient=True) if _is_equality(t)]
-            refs: list[tuple[str, str]] = []
-            if len(equalities) == 1:
-                op = equalities[0]
-                sides = (conjunct[: op.start], conjunct[op.end :])
-                refs = [ref for ref in map(self._reference, sides) if ref is not None]
-            if len(refs) != 2 or {r[0] for r in refs} != {target_alias, self.source_alias.lower()}:
+            columns = self._equality(conjunct)
+            if columns is None:
                 raise UnsupportedMergeError(
                     f"MERGE into {self.target_uri}: the in-process MERGE needs a condition of "
                     f"equalities between target and source columns, not {conjunct!r}"
                 )
-            t_ref, s_ref = refs if refs[0][0] == target_alias else refs[::-1]
-            target = by_lower.get(t_ref[1].lower())
+            target = by_lower.get(columns[0].lower())
             if target is None:
                 raise ValueError(
-                    f"MERGE into {self.target_uri}: {self.target_alias}.{t_ref[1]} is not a "
+                    f"MERGE into {self.target_uri}: {self.target_alias}.{columns[0]} is not a "
                     f"column of the table (columns: {', '.join(table.names)})"
                 )
-            name = self._source_column(source, s_ref[1])
+            name = self._source_column(source, columns[1])
             t_type, s_type = table.field(target).type, source.schema.field(name).type
             if not _joinable(t_type, s_type):
                 raise UnsupportedMergeError(
@@ -572,6 +565,21 @@ class MergeBuilder:
                 "equality between a target and a source column"
             )
         return keys
+
+    def _equality(self, conjunct: str) -> tuple[str, str] | None:
+        """(target column, source column) of a conjunct `<target alias>.<column> = <source
+        alias>.<column>` (either way round), else None."""
+        equalities = [t for t in tokenize(conjunct, lenient=True) if _is_equality(t)]
+        if len(equalities) != 1:
+            return None
+        op = equalities[0]
+        refs = [self._reference(side) for side in (conjunct[: op.start], conjunct[op.end :])]
+        target, source = self.target_alias.lower(), self.source_alias.lower()
+        if refs[0] is not None and refs[1] is not None and refs[1][0] == target:
+            refs.reverse()
+        if refs[0] is None or refs[1] is None or (refs[0][0], refs[1][0]) != (target, source):
+            return None
+        return refs[0][1], refs[1][1]
 
     def _condition(
         self, clause: MergeClause, table: pa.Schema, source: pa.Table

@@ -36,7 +36,7 @@ from airflow_delta.engine.log.replay import (
 )
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
-from airflow_delta.engine.protocol.action_types import add_files_from_arrow, stats_num_records
+from airflow_delta.engine.protocol.action_types import add_files_from_arrow, live_num_records
 from airflow_delta.engine.protocol.actions import (
     AddFile,
     DomainMetadata,
@@ -207,12 +207,8 @@ class Snapshot:
         files = self.files()
         if not len(files):
             return 0
-        counts = stats_num_records(files.field("stats"))
-        if counts.null_count:
-            return None
-        total = pc.sum(counts).as_py()
-        deleted = pc.sum(pc.struct_field(files.field("deletionVector"), "cardinality")).as_py()
-        return int(total - (deleted or 0))
+        counts = live_num_records(files)
+        return None if counts.null_count else int(pc.sum(counts).as_py())
 
     def missing_data_file(self, path: str) -> CorruptLogError:
         """The error for an active file of this version that is not in storage."""

@@ -179,3 +179,14 @@ def stats_num_records(stats: pa.Array) -> pa.Array:
         n = parsed.get("numRecords") if isinstance(parsed, dict) else None
         out.append(n if isinstance(n, int) and not isinstance(n, bool) else None)
     return array_from_pylist(out, pa.int64())
+
+
+def live_num_records(files: pa.StructArray) -> pa.Array:
+    """The rows each file of `files` (as `Snapshot.files()` gives them) holds besides those its
+    deletion vector deletes: `stats_num_records` minus the vector's cardinality, as int64; null
+    where the stats have no numRecords."""
+    import pyarrow.compute as pc
+
+    deleted = pc.struct_field(files.field("deletionVector"), "cardinality")
+    records = stats_num_records(files.field("stats"))
+    return pc.subtract(records, pc.fill_null(deleted, scalar(0, pa.int64())))

@@ -1,0 +1,119 @@
+"""What the Spark MERGE's findTouchedFiles (`spark/merge.py`) learns from the matches of its
+source with the candidate rows: per file, its modified and matched rows, the rows matched by
+several source rows and the rows each clause modifies, in one Spark job (with deletion
+vectors, also the modified rows' indexes in their files).
+
+`merge.py` joins the source with the candidate rows, each carrying its file (`FILE`) and an id
+unique in the query (`ROW`), and marks each joined row with whether it has a source side
+(`SOURCE`) and the first modifying clause that applies to it (`CLAUSE`, NULL for none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
+
+__all__ = ["CLAUSE", "FILE", "ROW", "SOURCE", "Found", "count_matches"]
+
+FILE = "__delta_merge_file"
+ROW = "__delta_merge_row_id"
+SOURCE = "__delta_merge_source_row"
+CLAUSE = "__delta_merge_clause"
+
+
+@dataclass
+class Found:
+    """What findTouchedFiles found: the touched files (log paths), the target rows each
+    modifying clause changes, whether a touched file holds a row several source rows matched
+    and no clause modifies (or one that several matched and a clause modifies: `conflicts`
+    such rows), whether an untouched file holds a matched row, per touched file (count,
+    indexes of its modified rows: with deletion vectors only), and when the search kept them,
+    its cached matches, with the values of the source's join columns `keys` (`release()`
+    drops them)."""
+
+    paths: list[str] = field(default_factory=list)
+    per_clause: list[int] = field(default_factory=list)
+    duplicates: bool = False
+    untouched_matches: bool = False
+    modified: dict[str, tuple[int, RowIndexes | None]] = field(default_factory=dict)
+    conflicts: int = 0
+    matches: DataFrame | None = None
+    keys: list[str] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Drop the cached matches (if any)."""
+        if self.matches is not None:
+            self.matches.unpersist()
+
+
+def count_matches(
+    rows: DataFrame,
+    clauses: int,
+    unmatched_rows: bool,
+    indexes: bool,
+    log_path: Callable[[Any], str],
+) -> Found:
+    """What the joined `rows` show (one per match of a source and a target row, and with
+    `unmatched_rows` one per target row no source row matched, which a NOT MATCHED BY SOURCE
+    clause may modify), for `clauses` modifying clauses; `indexes`: with the modified rows'
+    indexes (deletion vectors). `log_path` maps a FILE value to the file's log path."""
+    # only target rows that matched can match several times: group those alone
+    per_row = (
+        rows.where(F.col(SOURCE))
+        .groupBy(FILE, ROW)
+        .agg(
+            F.count(F.lit(1)).alias("matches"),
+            F.count(CLAUSE).alias("modified"),
+            F.max(CLAUSE).alias(CLAUSE),
+        )
+    )
+    if unmatched_rows:
+        unmatched = rows.where(~F.col(SOURCE) & F.col(CLAUSE).isNotNull()).select(
+            FILE,
+            ROW,
+            F.lit(0).cast("long").alias("matches"),
+            F.lit(1).cast("long").alias("modified"),
+            CLAUSE,
+        )
+        columns = [FILE, ROW, "matches", "modified", CLAUSE]
+        per_row = per_row.select(*columns).unionByName(unmatched)
+    per_file, row_indexes = _per_file(per_row, clauses, indexes)
+    modified = [(r, i) for r, i in zip(per_file, row_indexes, strict=True) if r["modified"] > 0]
+    conflicts = sum(r["conflicts"] for r, _ in modified)
+    return Found(
+        [log_path(r[FILE]) for r, _ in modified],
+        [sum(r[f"c{i}"] for r, _ in modified) for i in range(clauses)],
+        any(r["copies"] for r, _ in modified) or conflicts > 0,
+        any(r["modified"] == 0 and r["matched"] > 0 for r in per_file),
+        {log_path(r[FILE]): (int(r["modified"]), i) for r, i in modified},
+        conflicts,
+    )
+
+
+def _per_file(
+    per_row: DataFrame, clauses: int, indexes: bool
+) -> tuple[list[dict[str, Any]], list[RowIndexes | None]]:
+    """Per file holding a modified or matched target row (of `per_row`: one per target row,
+    with its matches, whether modified and its clause): its counts, and with `indexes` the
+    indexes of its modified rows (else None)."""
+    several = F.col("matches") > 1
+    modified = F.col("modified") > 0
+    counts = [
+        F.count(F.when(modified, 1)).alias("modified"),
+        F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
+        F.count(F.when(several & modified, 1)).alias("conflicts"),
+        F.count(F.when(several & ~modified, 1)).alias("copies"),
+        *(F.count(F.when(F.col(CLAUSE) == i, 1)).alias(f"c{i}") for i in range(clauses)),
+    ]
+    if indexes:
+        counts.append(changed_row_indexes(modified, ROW).alias("indexes"))
+    found = per_row.groupBy(FILE).agg(*counts).toArrow()
+    if not indexes:
+        return found.to_pylist(), [None] * found.num_rows
+    return found.drop_columns(["indexes"]).to_pylist(), index_lists(found.column("indexes"))
