@@ -21,6 +21,7 @@ from pyspark.sql.types import StructField
 
 from airflow_delta.engine.commands.merge import MAX_PRUNING_VALUES
 from airflow_delta.engine.expressions.tokens import quote_identifier
+from airflow_delta.spark.session import is_connect, runs_locally
 from airflow_delta.spark.write import NUMERIC_ORDER
 
 __all__ = [
@@ -140,12 +141,11 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
     MERGE on Spark evaluates it several times. Column names equal but for case stay on Spark,
     which resolves them, and so do sources with columns of other types than `_COLLECTED_TYPES`.
     """
-    if type(df).__module__.startswith("pyspark.sql.connect"):
+    if not runs_locally(df):
         return None
-    spark = df.sparkSession
     default = str(DEFAULT_IN_PROCESS_SOURCE_BYTES)
-    limit = int(spark.conf.get(IN_PROCESS_SOURCE_BYTES, default) or default)
-    if limit <= 0 or not (spark.sparkContext.master or "").startswith("local"):
+    limit = int(df.sparkSession.conf.get(IN_PROCESS_SOURCE_BYTES, default) or default)
+    if limit <= 0:
         return None
     names = {c.lower() for c in df.columns}
     if len(names) != len(df.columns):
@@ -160,7 +160,7 @@ def broadcast_by_spark(df: DataFrame) -> bool:
     """Whether Spark broadcasts `df` in a join on its own: its estimated size is at most the
     session's `spark.sql.autoBroadcastJoinThreshold` (False on Spark Connect, whose plans the
     client cannot inspect)."""
-    if type(df).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(df):
         return False
     threshold = int(
         df.sparkSession._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold()

@@ -70,6 +70,7 @@ from airflow_delta.engine.protocol.features import LOG_READER_FEATURES, reader_f
 from airflow_delta.engine.protocol.paths import FileLocation, resolve_path
 from airflow_delta.engine.protocol.schema import partition_values_to_arrow, schema_from_json
 from airflow_delta.spark import deletion_vectors as dvs
+from airflow_delta.spark.session import is_connect
 
 #: Reader features this data plane honours: every one the engine replays (variant shredding
 #: needs Spark 4.1's reader).
@@ -267,7 +268,7 @@ def _read_parquet(spark: SparkSession, schema: T.StructType, paths: list[str]) -
     that call only and restored. Spark Connect resolves plans on the server, later: unchanged.
     """
     reader = spark.read.schema(schema)
-    if type(reader).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(reader):
         return reader.parquet(*paths)
     previous = str(spark.conf.get(_LISTING_PARALLELISM))
     cores = spark.sparkContext.defaultParallelism

@@ -130,6 +130,17 @@ def get_spark(
     return _classic_session(master, conf_str, app_name, replace_active)
 
 
+def is_connect(obj: Any) -> bool:
+    """Whether `obj` (a session, DataFrame or reader) belongs to a Spark Connect session."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
+def runs_locally(df: Any) -> bool:
+    """Whether the executors of `df`'s session run in this process, on this machine's disk: a
+    classic session with a `local[...]` master."""
+    return not is_connect(df) and (df.sparkSession.sparkContext.master or "").startswith("local")
+
+
 def spark_target_from_connection(
     conn_type: str,
     host: str | None,

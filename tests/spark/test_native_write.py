@@ -14,6 +14,7 @@ import decimal
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -69,7 +70,8 @@ _rows = st.lists(
 
 @pytest.fixture
 def native_conf(spark: SparkSession) -> Iterator[None]:
-    """The session asks for Spark's parquet writer (off by default) during the test."""
+    """The session asks for Spark's parquet writer whenever it can write the rows (by default
+    only for unpartitioned tables) during the test."""
     spark.conf.set(NATIVE_WRITE_CONF, "true")
     yield
     spark.conf.unset(NATIVE_WRITE_CONF)
@@ -184,8 +186,46 @@ def test_writes_it_does_not_cover_use_python_tasks(
     assert stats["nullCount"] == {"id": 0, "xs": 0}
     spark.conf.set(NATIVE_WRITE_CONF, "false")
     assert write_delta(spark.range(2), str(tmp_path / "u")).metrics["numOutputRows"] == 2
-    spark.conf.unset(NATIVE_WRITE_CONF)  # off by default
-    assert write_delta(spark.range(2), str(tmp_path / "v")).metrics["numOutputRows"] == 2
+
+
+def test_auto_chooses_it_for_unpartitioned_tables(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default ("auto") a local session writes unpartitioned tables with Spark's parquet
+    writer and partitioned ones with the Python tasks; a value other than true, false or auto
+    is an error naming the conf."""
+    import airflow_delta.spark.write as write_module
+
+    used: list[int] = []
+    native = write_module.write_native
+
+    def counted(*args: Any) -> Any:
+        used.append(1)
+        return native(*args)
+
+    monkeypatch.setattr(write_module, "write_native", counted)
+    df = spark.range(0, 6, 1, 2).selectExpr("id", "cast(id % 2 as string) as p")
+    for conf in (None, "AUTO "):
+        if conf is not None:
+            spark.conf.set(NATIVE_WRITE_CONF, conf)
+        try:
+            flat, parts = str(tmp_path / f"flat-{conf}"), str(tmp_path / f"parts-{conf}")
+            assert write_delta(df, flat).metrics["numOutputRows"] == 6
+            assert used == [1]  # Spark's parquet writer
+            assert write_delta(df, parts, partition_by=["p"]).metrics["numOutputRows"] == 6
+            assert used == [1]  # the Python tasks
+        finally:
+            spark.conf.unset(NATIVE_WRITE_CONF)
+        used.clear()
+        assert sorted(r["id"] for r in DeltaTable(parts).to_pyarrow_table().to_pylist()) == [
+            *range(6)
+        ]
+    spark.conf.set(NATIVE_WRITE_CONF, "yes")
+    try:
+        with pytest.raises(ValueError, match=re.escape(f"{NATIVE_WRITE_CONF}='yes'")):
+            write_delta(df, str(tmp_path / "bad"))
+    finally:
+        spark.conf.unset(NATIVE_WRITE_CONF)
 
 
 def test_an_empty_frame_adds_no_file(
