@@ -10,7 +10,8 @@ timestamps as INT64 microseconds. The driver then moves each file into its Delta
 directory (a rename on the same disk) and builds its AddFile, with Delta stats from the
 file's parquet footer (files read in parallel; a column whose footer lacks statistics, such
 as strings over 4 KiB, is read). The files are visible only once the log commits them; a
-failed write removes the staging directory and the files it moved (best effort).
+failed write removes the staging directory and the files it moved (best effort), and what a
+killed one leaves there, vacuum removes once it is older than the retention period.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from airflow_delta.engine.commands.data_files import (
     add_files,
     stats_leaves,
 )
+from airflow_delta.engine.commands.maintenance import STAGING_DIR_PREFIX
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
 from airflow_delta.engine.protocol.schema import partition_path, unescape_partition_value
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
@@ -109,7 +111,7 @@ def write_native(txn: OptimisticTransaction, data: DataFrame, plan: WritePlan) -
     of its files, moved into the table's partition directories (not committed)."""
     metadata: Metadata = txn.metadata
     columns = list(metadata.partition_columns)
-    staging = f"{plan.root}/_spark-write-{uuid.uuid4()}"
+    staging = f"{plan.root}/{STAGING_DIR_PREFIX}{uuid.uuid4()}"
     moved: list[str] = []
     try:
         _spark_write(data, columns, staging, _has_timestamps(metadata))

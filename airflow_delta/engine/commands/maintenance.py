@@ -55,6 +55,10 @@ DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
 #: Hidden-looking directories Delta still vacuums: change data files age out like data files.
 _VACUUMED_HIDDEN_DIRS = frozenset({"_change_data"})
+#: The prefix of a directory under the table root where a writer stages files before moving
+#: them into the table (Spark's parquet writer: `spark/native_write.py`). Vacuum sweeps what a
+#: killed writer left there once it is older than the retention period.
+STAGING_DIR_PREFIX = "_spark-write-"
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUES = {c: i for i, c in enumerate(_Z85)}
 
@@ -277,12 +281,17 @@ def _hidden_name_test(partition_columns: Sequence[str]) -> Callable[[str], bool]
 
 
 def _list_files(store: LogStore, root: str, hidden: Callable[[str], bool]) -> Iterator[_Listed]:
-    """Every non-hidden file under `root`, recursively (one flat listing on object stores).
+    """Every non-hidden file under `root`, recursively (one flat listing on object stores),
+    and every file under a writer's staging directory (STAGING_DIR_PREFIX: hidden-looking, as
+    are the `_temporary` directories Spark writes in it, but only a killed writer leaves
+    files there).
 
     Symbolic links are not followed: a link to a directory elsewhere is not a file here.
     """
     for f in store.list_recursive(root):
-        if not any(hidden(part) for part in f.name.split("/")):
+        parts = f.name.split("/")
+        staged = len(parts) > 1 and parts[0].startswith(STAGING_DIR_PREFIX)
+        if staged or not any(hidden(part) for part in parts):
             yield _Listed(f.name, f.path, f.size, f.modification_time)
 
 

@@ -216,6 +216,27 @@ def test_hidden_paths_log_and_manifests_are_untouched(table) -> None:
     assert delta_log.update().version == 3
 
 
+def test_what_a_killed_writer_staged_is_swept(table) -> None:
+    """A staging directory of Spark's parquet writer (`_spark-write-<uuid>`, with Spark's own
+    `_temporary` directories in it) holds only what a killed writer left: its old files go,
+    hidden names below it included; a running writer's recent files stay."""
+    root, delta_log = table
+    old = [
+        "_spark-write-1/_temporary/0/_temporary/attempt_0/part-0.parquet",
+        "_spark-write-1/part-1.parquet",
+    ]
+    for relative in old:
+        put(root, relative)
+    running = "_spark-write-2/_temporary/0/part-0.parquet"
+    put(root, running, age_days=0)
+    put(root, "_spark-write-3")  # a file, not a directory: hidden as ever
+
+    result = vacuum(delta_log.location)
+
+    assert result.files_deleted == sorted([*old, *OLD_UNREFERENCED])
+    assert {running, "_spark-write-3"} <= tree(root)
+
+
 def test_paths_from_the_log_never_reach_outside_the_root(tmp_path: Path) -> None:
     root = tmp_path / "table"
     delta_log = DeltaLog.create_table(str(root), SCHEMA, [])
