@@ -30,6 +30,8 @@ class CommittedTransaction(Protocol):
 
     location: TableLocation
     snapshot: Snapshot
+    #: The version the interval checkpoint wrote after this commit (None: none).
+    checkpointed_version: int | None
 
     @property
     def metadata(self) -> Metadata: ...
@@ -62,7 +64,7 @@ class PostCommitHook:
 
 
 class CheckpointHook(PostCommitHook):
-    """Write a checkpoint of the committed version (in addition to the interval checkpoints)."""
+    """Write a checkpoint of the committed version, unless the interval checkpoint just did."""
 
     name = "checkpoint"
 
@@ -72,7 +74,8 @@ class CheckpointHook(PostCommitHook):
         committed_version: int,
         committed_actions: Sequence[Action],
     ) -> None:
-        txn.committed_snapshot(committed_version).write_checkpoint()
+        if txn.checkpointed_version != committed_version:
+            txn.committed_snapshot(committed_version).write_checkpoint()
 
 
 class GenerateSymlinkManifest(PostCommitHook):

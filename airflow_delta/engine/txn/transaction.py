@@ -139,6 +139,7 @@ class OptimisticTransaction:
         self.attempts = 0
         self.conflicts_checked: list[int] = []
         self.hook_results: dict[str, str] = {}
+        self.checkpointed_version: int | None = None
         self._committed_snapshot: Snapshot | None = None
         for hook in self.properties.post_commit_hooks:
             self.register_post_commit_hook(
@@ -627,6 +628,7 @@ class OptimisticTransaction:
             return
         try:
             self.committed_snapshot(commit_version).write_checkpoint()
+            self.checkpointed_version = commit_version
             self.hook_results["interval_checkpoint"] = "ok"
         except Exception as exc:
             log.warning("Failed to checkpoint table state.", exc_info=True)

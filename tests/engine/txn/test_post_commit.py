@@ -10,6 +10,7 @@ import pytest
 
 from airflow_delta.engine import CommitProperties, DeltaLog
 from airflow_delta.engine.commands.maintenance import MANIFEST_LOCATION
+from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.txn.post_commit import GenerateSymlinkManifest, LogCleanupHook
 from tests.engine.commands.maintenance_tables import (
     SCHEMA,
@@ -86,7 +87,7 @@ def test_log_cleanup_hook_honours_enable_expired_log_cleanup(tmp_path: Path) -> 
 
 def test_the_committed_table_is_loaded_once_for_every_hook(table, monkeypatch) -> None:
     """The interval checkpoint, a checkpoint hook and the manifest hook all need the table
-    as committed: it is loaded once for them."""
+    as committed: it is loaded once for them, and the checkpoint is written once."""
     import airflow_delta.engine.txn.post_commit as post_commit
     import airflow_delta.engine.txn.transaction as transaction
 
@@ -100,6 +101,14 @@ def test_the_committed_table_is_loaded_once_for_every_hook(table, monkeypatch) -
 
     monkeypatch.setattr(transaction, "load_snapshot", counted)
     monkeypatch.setattr(post_commit, "load_snapshot", counted, raising=False)
+    checkpoints: list[int] = []
+    write_checkpoint = Snapshot.write_checkpoint
+
+    def counted_checkpoint(snapshot, *args, **kwargs):
+        checkpoints.append(snapshot.version)
+        return write_checkpoint(snapshot, *args, **kwargs)
+
+    monkeypatch.setattr(Snapshot, "write_checkpoint", counted_checkpoint)
     for i in range(9):  # versions 1-9; version 10 is the interval checkpoint's
         commit(delta_log, [new_file(root, {"a": str(i), "b": "x"}, f"f{i}.parquet")])
     loads.clear()
@@ -107,7 +116,7 @@ def test_the_committed_table_is_loaded_once_for_every_hook(table, monkeypatch) -
     txn = delta_log.start_transaction(properties=properties)
     loads.clear()  # the read snapshot's
     version = txn.commit([new_file(root, {"a": "9", "b": "x"}, "f9.parquet")], WRITE)
-    assert version == 10 and loads == [10]
+    assert version == 10 and loads == [10] and checkpoints == [10]
     assert txn.hook_results == {
         "interval_checkpoint": "ok",
         "checkpoint": "ok",
