@@ -29,13 +29,17 @@ CLAUSE = "__delta_merge_clause"
 
 @dataclass
 class Found:
-    """What findTouchedFiles found: the touched files (log paths), the target rows each
-    modifying clause changes, whether a touched file holds a row several source rows matched
-    and no clause modifies (or one that several matched and a clause modifies: `conflicts`
-    such rows), whether an untouched file holds a matched row, per touched file (count,
-    indexes of its modified rows: with deletion vectors only), and when the search kept them,
-    its cached matches, with the values of the source's join columns `keys` (`release()`
-    drops them)."""
+    """What findTouchedFiles found.
+
+    - `paths`: the touched files (log paths); `per_clause`: the target rows each modifying
+      clause changes; `modified`: per touched file, its modified rows' count and, with
+      deletion vectors, their indexes;
+    - `duplicates`: a touched file holds a row several source rows matched; `conflicts`: how
+      many such rows a clause modifies;
+    - `untouched_matches`: an untouched file holds a matched row;
+    - `matches`: when the search kept them, its cached matches, with the values of the
+      source's join columns `keys` (`release()` drops them).
+    """
 
     paths: list[str] = field(default_factory=list)
     per_clause: list[int] = field(default_factory=list)
