@@ -188,12 +188,9 @@ def test_writes_it_does_not_cover_use_python_tasks(
     assert write_delta(spark.range(2), str(tmp_path / "u")).metrics["numOutputRows"] == 2
 
 
-def test_auto_chooses_it_for_unpartitioned_tables(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """By default ("auto") a local session writes unpartitioned tables with Spark's parquet
-    writer and partitioned ones with the Python tasks; a value other than true, false or auto
-    is an error naming the conf."""
+@pytest.fixture
+def native_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per write that goes through Spark's parquet writer during the test."""
     import airflow_delta.spark.write as write_module
 
     used: list[int] = []
@@ -204,6 +201,16 @@ def test_auto_chooses_it_for_unpartitioned_tables(
         return native(*args)
 
     monkeypatch.setattr(write_module, "write_native", counted)
+    return used
+
+
+def test_auto_chooses_it_for_unpartitioned_tables(
+    spark: SparkSession, tmp_path: Path, native_writes: list[int]
+) -> None:
+    """By default ("auto") a local session writes unpartitioned tables with Spark's parquet
+    writer and partitioned ones with the Python tasks; a value other than true, false or auto
+    is an error naming the conf."""
+    used = native_writes
     df = spark.range(0, 6, 1, 2).selectExpr("id", "cast(id % 2 as string) as p")
     for conf in (None, "AUTO "):
         if conf is not None:
@@ -238,22 +245,14 @@ def test_an_empty_frame_adds_no_file(
 
 
 def test_spark_rewrites_use_it_when_enabled(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Path, native_writes: list[int]
 ) -> None:
     """With the conf on, MERGE, UPDATE and DELETE on Spark write their plain rewrites with
     Spark's parquet writer too, and deltalake reads what the Python tasks would have written."""
-    import airflow_delta.spark.write as write_module
     from airflow_delta.spark import delete, merge_delta, update
     from airflow_delta.spark.merge_source import IN_PROCESS_SOURCE_BYTES
 
-    used: list[int] = []
-    native = write_module.write_native
-
-    def counted(*args: Any) -> Any:
-        used.append(1)
-        return native(*args)
-
-    monkeypatch.setattr(write_module, "write_native", counted)
+    used = native_writes
     spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")  # the MERGE runs on Spark
     results = {}
     try:
