@@ -4,16 +4,17 @@ constraints (`delta.constraints.*`), and the columns the table fills itself: ide
 computed with `F.expr` where the row has no value, checked with `<=>` where it has one).
 
 `fill_generated_columns` turns a DataFrame normalised to the table schema into the rows to
-write plus the constraints of its generated columns; `identity_high_water_marks` reads the
-values handed out back from the written files' stats, for the commit's metadata.
+write, the constraints of its generated columns and the last identity values handed out;
+`identity_high_water_marks` takes the new high-water marks from the written files' stats (or
+those last values), for the commit's metadata.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -41,23 +42,17 @@ from airflow_delta.engine.protocol.identity import (
 
 def fill_generated_columns(
     data: DataFrame, metadata: Metadata, table: str
-) -> tuple[DataFrame, list[Constraint]]:
+) -> tuple[DataFrame, list[Constraint], dict[str, int]]:
     """`data` (the table's columns) with the NULLs of its identity columns replaced by values
-    from their high-water marks and those of its generated columns computed; the constraints
-    that every row's generated columns equal their expressions.
+    from their high-water marks (`_hand_out_identity_values`) and those of its generated
+    columns computed; the constraints that every row's generated columns equal their
+    expressions; and per identity column that handed out values, the last one.
 
-    Identity values are dense: `first + step * (n - 1)` for the n-th NULL row, numbered by one
-    window over the rows (the rows to number pass through one task). DeltaProtocolError when
-    Spark cannot evaluate a generation expression.
+    DeltaProtocolError when Spark cannot evaluate a generation expression.
     """
     target = T.StructType.fromJson(json.loads(metadata.schema_string or "{}"))
     types = {f.name: f.dataType for f in target.fields}
-    for column in identity_columns(metadata):
-        value = F.col(quote_identifier(column.name))
-        order = Window.partitionBy(value.isNull()).orderBy(F.monotonically_increasing_id())
-        number = F.row_number().over(order).cast("long") - F.lit(1)
-        generated = F.lit(column.first_value()) + F.lit(column.step) * number
-        data = data.withColumn(column.name, F.coalesce(value, generated))
+    data, handed_out = _hand_out_identity_values(data, identity_columns(metadata), table)
     checks = []
     names = list(types)
     for name, expression in generated_columns(metadata).items():
@@ -81,22 +76,94 @@ def fill_generated_columns(
                 (name, *[c for c in referenced_columns(expression, names) if c != name]),
             )
         )
-    return data, checks
+    return data, checks, handed_out
+
+
+#: The low bits of `monotonically_increasing_id()`: a row's position in its partition (the
+#: partition's index is in the bits above).
+_ROW_BITS = 33
+_POSITION = "__delta_identity_position_"
+
+
+def _hand_out_identity_values(
+    data: DataFrame, columns: Sequence[IdentityColumn], table: str
+) -> tuple[DataFrame, dict[str, int]]:
+    """`data` with each NULL of the identity `columns` replaced by a value beyond the
+    column's high-water mark, and per column that handed out values, the last one.
+
+    The partitions number their NULLs in parallel, each in a range of its own: a NULL's
+    position is `monotonically_increasing_id()` evaluated for the NULLs only (the rows around
+    them do not count), one job finds each partition's last position, and a NULL's value is
+    `first + step * (the positions of the partitions before its own + its position)`: dense.
+    A partition numbering more NULLs when written than when counted (a source that changed in
+    between) fails the write rather than handing out a value twice.
+    """
+    if not columns:
+        return data, {}
+    nulls = [F.col(quote_identifier(c.name)).isNull() for c in columns]
+    positions = [f"{_POSITION}{i}" for i in range(len(columns))]
+    numbered = data.select(
+        "*",
+        *(
+            F.when(n, F.monotonically_increasing_id()).alias(p)
+            for n, p in zip(nulls, positions, strict=True)
+        ),
+    )
+    handed_out = {}
+    for column, name in zip(columns, positions, strict=True):
+        position = F.col(name)
+        part = F.shiftright(position, _ROW_BITS)
+        row = position.bitwiseAND((1 << _ROW_BITS) - 1)
+        counts = (
+            numbered.where(position.isNotNull())
+            .groupBy(part.alias("part"))
+            .agg(F.max(row) + 1)
+            .collect()
+        )
+        if not counts:
+            continue  # every row brings its own value
+        counts.sort(key=lambda r: r[0])
+        offsets, total = {}, 0
+        for r in counts:  # the positions of the partitions before each one
+            offsets[r[0]], total = total, total + r[1]
+        handed_out[column.name] = column.last_value(total, table)  # overflow: raises
+        value = F.lit(column.first_value()) + F.lit(column.step) * (
+            _per_partition(offsets, part) + row
+        )
+        changed = F.raise_error(
+            F.lit(
+                f"Table {table}: the rows to write changed while identity column {column.name} "
+                "handed out values (the source is not deterministic); nothing was written. "
+                "Write a deterministic DataFrame (for example, cached or saved first)."
+            )
+        )
+        counted = _per_partition({r[0]: r[1] for r in counts}, part)
+        value = F.when(position.isNotNull(), F.when(row < counted, value).otherwise(changed))
+        numbered = numbered.withColumn(
+            column.name, F.coalesce(F.col(quote_identifier(column.name)), value)
+        )
+    return numbered.drop(*positions), handed_out
+
+
+def _per_partition(values: dict[int, int], part: Column) -> Column:
+    """`values[part]` for each row (NULL for a partition without a value)."""
+    size = max(values) + 1
+    array = ", ".join(f"{values[i]}L" if i in values else "NULL" for i in range(size))
+    return F.try_element_at(F.expr(f"array({array})"), (part + 1).cast("int"))
 
 
 def identity_high_water_marks(
-    metadata: Metadata, adds: Sequence[AddFile], count: Callable[[str], int], table: str
+    metadata: Metadata, adds: Sequence[AddFile], handed_out: Mapping[str, int], table: str
 ) -> dict[str, int]:
     """Identity column -> its new high-water mark, for the columns whose written values go
     beyond the current one: the extreme (in the step's direction) of the written files'
-    stats, else (no stats for the column) from `count(column)`, the number of values handed
-    out."""
+    stats, else (no stats for the column) the last value `handed_out` (of
+    `fill_generated_columns`)."""
     marks = {}
     for column in identity_columns(metadata):
         extreme = _stats_extreme(column, adds)
         if extreme is None and any(a.num_records for a in adds):
-            generated = count(column.name)
-            extreme = column.last_value(generated, table) if generated else None
+            extreme = handed_out.get(column.name)
         if extreme is not None and column.beyond(extreme, column.high_water_mark):
             column.last_value(1, table)  # the first value itself must fit a long
             marks[column.name] = extreme

@@ -337,7 +337,7 @@ def _write_files(
     tracked = tracking.names if tracking and set(tracking.names) <= set(df.columns) else []
     keep = [CHANGE_TYPE_COLUMN] if change_data else []
     given = normalize_data(df, schema_json, txn.table, keep + tracked)
-    data, generated = fill_generated_columns(given, metadata, txn.table)
+    data, generated, handed_out = fill_generated_columns(given, metadata, txn.table)
     checks = (*table_constraints(metadata), *generated, *constraints)
     if checks:  # the rows written to data files only
         violation = violation_column(checks)
@@ -364,10 +364,6 @@ def _write_files(
     changed = [r["path"].startswith(f"{CHANGE_DATA_DIR}/") for r in rows]
     adds = add_files([r for r, c in zip(rows, changed, strict=True) if not c])
     cdcs = cdc_files([r for r, c in zip(rows, changed, strict=True) if c])
-
-    def handed_out(column: str) -> int:
-        handed = F.col(quote_identifier(column)).isNull()
-        return given.where(handed & is_data_row() if change_data else handed).count()
 
     txn.identity_high_water_marks.update(
         identity_high_water_marks(metadata, adds, handed_out, txn.table)

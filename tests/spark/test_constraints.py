@@ -6,13 +6,18 @@ deltalake and DuckDB's delta extension."""
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import (
@@ -21,7 +26,9 @@ from airflow_delta.engine.errors import (
     IdentityColumnError,
 )
 from airflow_delta.engine.protocol.identity import identity_columns
+from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
+from airflow_delta.spark import constraints
 from airflow_delta.spark.merge import merge_delta
 from airflow_delta.spark.write import write_delta
 from tests.interop.test_duckdb import _connect
@@ -137,6 +144,91 @@ def test_identity_generated_always_refuses_values_and_merges(spark: SparkSession
     assert len(ids) == len(set(ids)) == 47
     with pytest.raises(IdentityColumnError, match="cannot be updated"):
         merge_delta(uri, source, "t.name = s.name").when_matched_update({"id": "1"}).execute()
+
+
+def _identity_table(uri: str, step: int) -> str:
+    """A new table of `id` (identity BY DEFAULT, start 10, `step`) and `v`."""
+    meta = {"delta.identity.start": 10, "delta.identity.step": step}
+    meta["delta.identity.allowExplicitInsert"] = True
+    field = pa.field("id", pa.int64(), metadata={DELTA_METADATA_KEY: json.dumps(meta)})
+    DeltaLog.create_table(uri, pa.schema([field, ("v", pa.int64())]))
+    return uri
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    writes=st.lists(st.lists(st.booleans(), min_size=1, max_size=12), min_size=1, max_size=2),
+    partitions=st.integers(1, 5),
+    step=st.sampled_from([1, 3, -2]),
+)
+def test_identity_values_are_dense_and_numbered_in_parallel(
+    spark: SparkSession, tmp_path_factory, writes: list[list[bool]], partitions: int, step: int
+) -> None:
+    # each write: per row, whether it brings its own id (one the mark never reaches)
+    uri = _identity_table(str(tmp_path_factory.mktemp("ident") / "t"), step)
+    expected: dict[int, int] = {}  # v -> id
+    mark = None
+    for w, own in enumerate(writes):
+        rows = [(-step * (10**6 + k) if o else None, 100 * w + k) for k, o in enumerate(own)]
+        df = spark.createDataFrame(rows, "id long, v long").repartition(partitions, "v")
+        handed = [v for (i, v) in rows if i is None]
+        first = 10 + step * max(0, (mark - 10) // step + 1) if mark is not None else 10
+        # NULLs take the next values in the order of their partitions, then of their rows
+        order = [r["v"] for r in df.select("v").collect() if r["v"] in handed]
+        expected |= {v: first + step * n for n, v in enumerate(order)}
+        expected |= {v: i for (i, v) in rows if i is not None}
+        result = write_delta(df, uri)
+        written = [expected[v] for (_, v) in rows]  # the mark follows the extreme written
+        extreme = (max if step > 0 else min)(written, default=None)
+        if extreme is not None and (mark is None or (extreme - mark) * step > 0):
+            mark = extreme
+        assert marks(uri) == {"id": mark}
+        busy = df.select(F.spark_partition_id()).distinct().count()
+        assert result.metrics["numFiles"] == busy  # one file per partition: no single task
+    assert dict((v, i) for i, v in deltalake_rows(uri, "id", "v")) == expected
+
+
+def test_identity_values_of_a_merge_follow_the_mark(spark: SparkSession, tmp_path) -> None:
+    uri = _identity_table(str(tmp_path / "t"), 1)
+    write_delta(spark.range(5).selectExpr("CAST(NULL AS long) AS id", "id AS v"), uri)
+    source = spark.range(3, 40).selectExpr("id AS v").repartition(3)
+    merge_delta(uri, source, "t.v = s.v").when_matched_update({"v": "s.v"}).when_not_matched_insert(
+        {"v": "s.v"}
+    ).execute()
+    got = dict((v, i) for i, v in deltalake_rows(uri, "id", "v"))
+    assert sorted(got) == list(range(40))
+    assert [got[v] for v in range(5)] == [10, 11, 12, 13, 14]  # kept by the update
+    assert sorted(got[v] for v in range(5, 40)) == list(range(15, 50))
+    assert marks(uri) == {"id": 49}
+
+
+def test_identity_values_refuse_a_source_that_changes(
+    spark: SparkSession, tmp_path, monkeypatch
+) -> None:
+    uri = _identity_table(str(tmp_path / "t"), 1)
+    flag = tmp_path / "all-rows"
+
+    @F.udf("boolean")
+    def keep(v: int) -> bool:  # half the rows until the flag exists
+        return flag.exists() or v % 2 == 0
+
+    counted = constraints._per_partition
+
+    def per_partition(*args: Any) -> Any:  # after the count, before the write
+        flag.touch()
+        return counted(*args)
+
+    monkeypatch.setattr(constraints, "_per_partition", per_partition)
+    df = spark.range(40).selectExpr("CAST(NULL AS long) AS id", "id AS v").where(keep("v"))
+    with pytest.raises(Exception, match="changed while identity column id handed out values"):
+        write_delta(df, uri)
+    assert DeltaLog.for_table(uri).update().version == 0
+    assert rows_of(uri, "id") == []
 
 
 def test_concurrent_identity_inserts_both_land_with_distinct_values(
