@@ -95,7 +95,9 @@ def _hand_out_identity_values(
     position is `monotonically_increasing_id()` evaluated for the NULLs only (the rows around
     them do not count), one job finds each partition's last position, and a NULL's value is
     `first + step * (the positions of the partitions before its own + its position)`: dense.
-    A partition numbering more NULLs when written than when counted (a source that changed in
+    The count reads every column, as the write does, so that Spark plans the same shuffles
+    for both and adaptive execution splits their output into the same partitions. A
+    partition numbering more NULLs when written than when counted (a source that changed in
     between) fails the write rather than handing out a value twice.
     """
     if not columns:
@@ -109,6 +111,7 @@ def _hand_out_identity_values(
             for n, p in zip(nulls, positions, strict=True)
         ),
     )
+    every_column = F.struct(*(F.col(quote_identifier(c)) for c in data.columns))
     handed_out = {}
     for column, name in zip(columns, positions, strict=True):
         position = F.col(name)
@@ -117,7 +120,8 @@ def _hand_out_identity_values(
         counts = (
             numbered.where(position.isNotNull())
             .groupBy(part.alias("part"))
-            .agg(F.max(row) + 1)
+            # a count Spark cannot answer without reading every column
+            .agg(F.max(row) + 1, F.count(F.when(part >= 0, every_column)))
             .collect()
         )
         if not counts:
@@ -133,7 +137,7 @@ def _hand_out_identity_values(
         changed = F.raise_error(
             F.lit(
                 f"Table {table}: the rows to write changed while identity column {column.name} "
-                "handed out values (the source is not deterministic); nothing was written. "
+                "handed out values (is the DataFrame deterministic?); nothing was written. "
                 "Write a deterministic DataFrame (for example, cached or saved first)."
             )
         )

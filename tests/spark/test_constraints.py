@@ -29,7 +29,7 @@ from airflow_delta.engine.protocol.identity import identity_columns
 from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark import constraints
-from airflow_delta.spark.merge import merge_delta
+from airflow_delta.spark.merge import IN_PROCESS_SOURCE_BYTES, merge_delta
 from airflow_delta.spark.write import write_delta
 from tests.interop.test_duckdb import _connect
 
@@ -146,12 +146,12 @@ def test_identity_generated_always_refuses_values_and_merges(spark: SparkSession
         merge_delta(uri, source, "t.name = s.name").when_matched_update({"id": "1"}).execute()
 
 
-def _identity_table(uri: str, step: int) -> str:
-    """A new table of `id` (identity BY DEFAULT, start 10, `step`) and `v`."""
+def _identity_table(uri: str, step: int, *more: tuple[str, pa.DataType]) -> str:
+    """A new table of `id` (identity BY DEFAULT, start 10, `step`), `v` and `more` columns."""
     meta = {"delta.identity.start": 10, "delta.identity.step": step}
     meta["delta.identity.allowExplicitInsert"] = True
     field = pa.field("id", pa.int64(), metadata={DELTA_METADATA_KEY: json.dumps(meta)})
-    DeltaLog.create_table(uri, pa.schema([field, ("v", pa.int64())]))
+    DeltaLog.create_table(uri, pa.schema([field, ("v", pa.int64()), *more]))
     return uri
 
 
@@ -194,17 +194,40 @@ def test_identity_values_are_dense_and_numbered_in_parallel(
 
 
 def test_identity_values_of_a_merge_follow_the_mark(spark: SparkSession, tmp_path) -> None:
-    uri = _identity_table(str(tmp_path / "t"), 1)
-    write_delta(spark.range(5).selectExpr("CAST(NULL AS long) AS id", "id AS v"), uri)
-    source = spark.range(3, 40).selectExpr("id AS v").repartition(3)
-    merge_delta(uri, source, "t.v = s.v").when_matched_update({"v": "s.v"}).when_not_matched_insert(
-        {"v": "s.v"}
-    ).execute()
+    uri = _identity_table(str(tmp_path / "t"), 1, ("s", pa.string()))
+    rows = spark.range(2000).selectExpr(
+        "CAST(NULL AS long) AS id", "id AS v", "repeat('t', 200) AS s"
+    )
+    write_delta(rows, uri)
+    source = spark.range(1000, 5000).selectExpr("id AS v", "repeat('s', 200) AS s")
+    # adaptive execution merges the join's small output partitions: the count must see the
+    # partitions the write sees (its shuffle carrying every column, as the write's does)
+    conf = {
+        IN_PROCESS_SOURCE_BYTES: "0",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.autoBroadcastJoinThreshold": "-1",
+        "spark.sql.adaptive.advisoryPartitionSizeInBytes": "50k",
+        "spark.sql.adaptive.coalescePartitions.minPartitionSize": "1k",
+    }
+    before = {k: spark.conf.get(k, None) for k in conf}
+    try:
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+        result = (
+            merge_delta(uri, source, "t.v = s.v")
+            .when_matched_update({"s": "s.s"})
+            .when_not_matched_insert({"v": "s.v", "s": "s.s"})
+            .execute()
+        )
+    finally:
+        for key, value in before.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    assert result.metrics["numTargetFilesAdded"] > 1  # several partitions numbered
     got = dict((v, i) for i, v in deltalake_rows(uri, "id", "v"))
-    assert sorted(got) == list(range(40))
-    assert [got[v] for v in range(5)] == [10, 11, 12, 13, 14]  # kept by the update
-    assert sorted(got[v] for v in range(5, 40)) == list(range(15, 50))
-    assert marks(uri) == {"id": 49}
+    assert sorted(got) == list(range(5000))
+    assert [got[v] for v in range(2000)] == list(range(10, 2010))  # kept by the update
+    assert sorted(got[v] for v in range(2000, 5000)) == list(range(2010, 5010))
+    assert marks(uri) == {"id": 5009}
 
 
 def test_identity_values_refuse_a_source_that_changes(
