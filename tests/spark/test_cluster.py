@@ -149,7 +149,28 @@ def _delta_roundtrip(spark: Any, uri: str) -> dict[str, Any]:
         .execute()
     )
     after = sorted(tuple(r) for r in read_delta(spark, uri).select("id", "value", "part").collect())
-    return {"first": first, "after": after, "merge": result.to_dict()}
+    return {
+        "first": first,
+        "after": after,
+        "merge": result.to_dict(),
+        "identity": _identity_values(spark, f"{uri}-identity"),
+    }
+
+
+def _identity_values(spark: Any, uri: str) -> list[tuple[int, int]]:
+    """(id, v) of a table whose identity column `id` numbered 9 rows from three partitions."""
+    import pyarrow as pa
+
+    from airflow_delta.engine import DeltaLog
+    from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
+    from airflow_delta.spark.read import read_delta
+    from airflow_delta.spark.write import write_delta
+
+    meta = json.dumps({"delta.identity.start": 1, "delta.identity.step": 1})
+    field = pa.field("id", pa.int64(), metadata={DELTA_METADATA_KEY: meta})
+    DeltaLog.create_table(uri, pa.schema([field, ("v", pa.int64())]))
+    write_delta(spark.range(9).selectExpr("id AS v").repartition(3), uri)
+    return sorted(tuple(r) for r in read_delta(spark, uri).select("id", "v").collect())
 
 
 def _job(kind: str, port: int, url: str, table: str) -> dict[str, Any]:
@@ -258,6 +279,9 @@ def _assert_delta(run: dict[str, Any]) -> None:
     metrics = delta["merge"]["metrics"]
     assert metrics["numTargetRowsUpdated"] == 5
     assert metrics["numTargetRowsInserted"] == 5
+    identity = delta["identity"]  # numbered by the partitions, dense
+    assert sorted(i for i, _ in identity) == list(range(1, 10))
+    assert sorted(v for _, v in identity) == list(range(9))
     table = Path(run["table"])
     assert {p.name for p in table.iterdir() if p.is_dir()} >= {
         "_delta_log",
