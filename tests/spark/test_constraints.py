@@ -146,12 +146,15 @@ def test_identity_generated_always_refuses_values_and_merges(spark: SparkSession
         merge_delta(uri, source, "t.name = s.name").when_matched_update({"id": "1"}).execute()
 
 
-def _identity_table(uri: str, step: int, *more: tuple[str, pa.DataType]) -> str:
+def _identity_table(
+    uri: str, step: int, *more: tuple[str, pa.DataType], configuration: Any = None
+) -> str:
     """A new table of `id` (identity BY DEFAULT, start 10, `step`), `v` and `more` columns."""
     meta = {"delta.identity.start": 10, "delta.identity.step": step}
     meta["delta.identity.allowExplicitInsert"] = True
     field = pa.field("id", pa.int64(), metadata={DELTA_METADATA_KEY: json.dumps(meta)})
-    DeltaLog.create_table(uri, pa.schema([field, ("v", pa.int64()), *more]))
+    schema = pa.schema([field, ("v", pa.int64()), *more])
+    DeltaLog.create_table(uri, schema, configuration=configuration)
     return uri
 
 
@@ -228,6 +231,39 @@ def test_identity_values_of_a_merge_follow_the_mark(spark: SparkSession, tmp_pat
     assert [got[v] for v in range(2000)] == list(range(10, 2010))  # kept by the update
     assert sorted(got[v] for v in range(2000, 5000)) == list(range(2010, 5010))
     assert marks(uri) == {"id": 5009}
+
+
+def test_identity_values_in_a_merge_with_change_data(spark: SparkSession, tmp_path) -> None:
+    uri = _identity_table(
+        str(tmp_path / "t"), 2, configuration={"delta.enableChangeDataFeed": "true"}
+    )
+    write_delta(spark.range(6, numPartitions=3).selectExpr("id AS v"), uri)  # ids 10..20
+    source = spark.range(3, 9, numPartitions=2).selectExpr("id AS v")
+    spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")  # on Spark: rows exploded into changes
+    try:
+        result = (
+            merge_delta(uri, source, "t.v = s.v")
+            .when_matched_update({"v": "s.v + 100"})
+            .when_not_matched_insert({"v": "s.v"})
+            .execute()
+        )
+    finally:
+        spark.conf.unset(IN_PROCESS_SOURCE_BYTES)
+    assert result.metrics["numTargetChangeFilesAdded"] > 0
+    got = dict((v, i) for i, v in deltalake_rows(uri, "id", "v"))
+    assert {v: got[v] for v in (0, 1, 2, 103, 104, 105)} == {
+        0: 10, 1: 12, 2: 14, 103: 16, 104: 18, 105: 20
+    }  # fmt: skip
+    assert sorted(got[v] for v in (6, 7, 8)) == [22, 24, 26]
+    feed = DeltaTable(uri).load_cdf(starting_version=result.version).read_all()
+    changes = pa.table(feed).select(["_change_type", "id", "v"]).to_pylist()
+    by_type: dict[str, list[tuple[int, int]]] = {}
+    for c in changes:
+        by_type.setdefault(c["_change_type"], []).append((c["id"], c["v"]))
+    assert sorted(by_type["insert"]) == sorted((got[v], v) for v in (6, 7, 8))  # as written
+    assert sorted(by_type["update_preimage"]) == [(16, 3), (18, 4), (20, 5)]
+    assert sorted(by_type["update_postimage"]) == [(16, 103), (18, 104), (20, 105)]
+    assert marks(uri) == {"id": 26}
 
 
 def test_identity_values_refuse_a_source_that_changes(
