@@ -138,3 +138,24 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _spark_conf_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test using the `spark` session, its runtime conf is as before the test: a value
+    the test set goes back, a key it added is unset (an `unset` of a key the session fixture
+    sets would leave the default, and the next test on that worker would see it). Static confs,
+    which no test can change, are left alone."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    session = request.getfixturevalue("spark")
+    before = session.conf.getAll
+    yield
+    after = session.conf.getAll
+    for key, value in before.items():
+        if after.get(key) != value and session.conf.isModifiable(key):
+            session.conf.set(key, value)
+    for key in after.keys() - before.keys():
+        if session.conf.isModifiable(key):
+            session.conf.unset(key)

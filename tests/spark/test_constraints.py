@@ -29,7 +29,7 @@ from airflow_delta.engine.protocol.identity import identity_columns
 from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark import constraints
-from airflow_delta.spark.merge import IN_PROCESS_SOURCE_BYTES, merge_delta
+from airflow_delta.spark.merge import merge_delta
 from airflow_delta.spark.write import write_delta
 from tests.interop.test_duckdb import _connect
 
@@ -205,26 +205,21 @@ def test_identity_values_of_a_merge_follow_the_mark(spark: SparkSession, tmp_pat
     source = spark.range(1000, 5000).selectExpr("id AS v", "repeat('s', 200) AS s")
     # adaptive execution merges the join's small output partitions: the count must see the
     # partitions the write sees (its shuffle carrying every column, as the write's does)
-    conf = {
-        IN_PROCESS_SOURCE_BYTES: "0",
+    conf = {  # on Spark (the session fixture's inProcessSourceBytes=0), with:
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.autoBroadcastJoinThreshold": "-1",
         "spark.sql.adaptive.advisoryPartitionSizeInBytes": "50k",
         "spark.sql.adaptive.coalescePartitions.minPartitionSize": "1k",
     }
-    before = {k: spark.conf.get(k, None) for k in conf}
-    try:
-        for key, value in conf.items():
-            spark.conf.set(key, value)
-        result = (
-            merge_delta(uri, source, "t.v = s.v")
-            .when_matched_update({"s": "s.s"})
-            .when_not_matched_insert({"v": "s.v", "s": "s.s"})
-            .execute()
-        )
-    finally:
-        for key, value in before.items():
-            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    for key, value in conf.items():  # restored after the test (tests/conftest.py)
+        spark.conf.set(key, value)
+    builder = (
+        merge_delta(uri, source, "t.v = s.v")
+        .when_matched_update({"s": "s.s"})
+        .when_not_matched_insert({"v": "s.v", "s": "s.s"})
+    )
+    result = builder.execute()
+    assert builder.executor == "spark"
     assert result.metrics["numTargetFilesAdded"] > 1  # several partitions numbered
     got = dict((v, i) for i, v in deltalake_rows(uri, "id", "v"))
     assert sorted(got) == list(range(5000))
@@ -239,16 +234,13 @@ def test_identity_values_in_a_merge_with_change_data(spark: SparkSession, tmp_pa
     )
     write_delta(spark.range(6, numPartitions=3).selectExpr("id AS v"), uri)  # ids 10..20
     source = spark.range(3, 9, numPartitions=2).selectExpr("id AS v")
-    spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")  # on Spark: rows exploded into changes
-    try:
-        result = (
-            merge_delta(uri, source, "t.v = s.v")
-            .when_matched_update({"v": "s.v + 100"})
-            .when_not_matched_insert({"v": "s.v"})
-            .execute()
-        )
-    finally:
-        spark.conf.unset(IN_PROCESS_SOURCE_BYTES)
+    builder = (
+        merge_delta(uri, source, "t.v = s.v")
+        .when_matched_update({"v": "s.v + 100"})
+        .when_not_matched_insert({"v": "s.v"})
+    )
+    result = builder.execute()
+    assert builder.executor == "spark"  # the session fixture's inProcessSourceBytes=0
     assert result.metrics["numTargetChangeFilesAdded"] > 0
     got = dict((v, i) for i, v in deltalake_rows(uri, "id", "v"))
     assert {v: got[v] for v in (0, 1, 2, 103, 104, 105)} == {
