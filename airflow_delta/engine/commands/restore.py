@@ -106,9 +106,13 @@ def restore(
         assert timestamp is not None
         version = version_at_timestamp(txn.location, timestamp)
     if not 0 <= version < txn.read_version:
+        asked = f"version {version}"
+        if timestamp is not None:  # the table as of the timestamp is its latest version
+            asked = f"the table's version at {timestamp} ({version})"
         raise ValueError(
-            f"RESTORE of {uri}: version {version} is not an earlier version of the table "
-            f"(latest: {txn.read_version}); restore a version from 0 to {txn.read_version - 1}."
+            f"RESTORE of {uri}: {asked} is not an earlier version of the table "
+            f"(latest: {txn.read_version}); restore a version from 0 to {txn.read_version - 1}, "
+            "or a timestamp before the latest commit."
         )
     target = _snapshot_at(txn, version)
     current = txn.filter_files_arrow()  # reads (and records) the whole table

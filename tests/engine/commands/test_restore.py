@@ -147,6 +147,9 @@ def test_refusals(tmp_path: Path) -> None:
     uri = create(tmp_path / "t", batch(range(4)))
     with pytest.raises(ValueError, match="version 1 is not an earlier version"):
         restore(uri, 1)
+    # a timestamp after the latest commit names the version it resolves to
+    with pytest.raises(ValueError, match=r"version at 2999-01-01 \(1\) is not an earlier"):
+        restore(uri, timestamp="2999-01-01")
     with pytest.raises(ValueError, match="either version or timestamp"):
         restore(uri)
     with pytest.raises(ValueError, match="either version or timestamp"):
