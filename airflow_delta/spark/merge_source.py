@@ -130,6 +130,9 @@ _COLLECTED_TYPES = (
 #: MERGE on a local session collects to run in process; 0 keeps every DataFrame MERGE on Spark.
 IN_PROCESS_SOURCE_BYTES = "spark.airflow_delta.merge.inProcessSourceBytes"
 DEFAULT_IN_PROCESS_SOURCE_BYTES = 64 * 1024 * 1024
+#: The JVM class of `SparkContext.parallelize`'s RDD, and how many parents to follow to it.
+_PARALLELIZED = "ParallelCollectionRDD"
+_MAX_LINEAGE = 32
 
 
 def collect_small_source(df: DataFrame) -> pa.Table | None:
@@ -137,9 +140,12 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
 
     Only on a classic session with a `local[...]` master, where the driver is the machine the
     executors run on, and only when Spark's estimate of the source's size (its optimized plan's
-    statistics) is at most `IN_PROCESS_SOURCE_BYTES`. Collecting evaluates the source once; a
-    MERGE on Spark evaluates it several times. Column names equal but for case stay on Spark,
-    which resolves them, and so do sources with columns of other types than `_COLLECTED_TYPES`.
+    statistics) is at most `IN_PROCESS_SOURCE_BYTES`. Spark has no estimate for rows the driver
+    handed it (`createDataFrame` of Python rows or of a `parallelize`d RDD): such a source is
+    collected when it holds at most that many bytes, reading no more rows than would fit
+    (`_collect_within`). Collecting evaluates the source once; a MERGE on Spark evaluates it
+    several times. Column names equal but for case stay on Spark, which resolves them, and so
+    do sources with columns of other types than `_COLLECTED_TYPES`.
     """
     if not runs_locally(df):
         return None
@@ -152,8 +158,44 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
         return None
     if not all(isinstance(f.dataType, _COLLECTED_TYPES) for f in df.schema.fields):
         return None
-    estimate = _estimated_bytes(df)
-    return df.toArrow() if estimate <= limit else None
+    if _estimated_bytes(df) <= limit:
+        return df.toArrow()
+    return _collect_within(df, limit) if _built_on_driver(df) else None
+
+
+def _built_on_driver(df: DataFrame) -> bool:
+    """Whether every leaf of `df`'s plan holds rows the driver handed to Spark: a local relation,
+    or an RDD of rows whose lineage (one parent per RDD) starts at a parallelized collection."""
+    leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves().iterator()
+    rdds = 0
+    while leaves.hasNext():
+        leaf = leaves.next()
+        if leaf.nodeName() == "LocalRelation":
+            continue
+        if leaf.nodeName() != "LogicalRDD" or not _parallelized(leaf.rdd()):
+            return False
+        rdds += 1
+    return rdds > 0
+
+
+def _parallelized(rdd: Any) -> bool:
+    """Whether the JVM RDD `rdd` derives, one parent at a time, from `parallelize`."""
+    for _ in range(_MAX_LINEAGE):
+        parents = rdd.dependencies()
+        if parents.size() != 1:
+            return parents.size() == 0 and rdd.getClass().getSimpleName() == _PARALLELIZED
+        rdd = parents.apply(0).rdd()
+    return False
+
+
+def _collect_within(df: DataFrame, limit: int) -> pa.Table | None:
+    """`df` as a pyarrow Table if it holds at most `limit` bytes, else None. Reads at most as
+    many rows as Spark's default row size (`StructType.defaultSize`) fits in `limit`, plus one:
+    a source built on the driver may still expand (a `flatMap` of its RDD)."""
+    row_bytes = max(1, int(df._jdf.schema().defaultSize()))
+    most = max(1, limit // row_bytes)
+    table = df.limit(most + 1).toArrow()
+    return table if table.num_rows <= most and table.nbytes <= limit else None
 
 
 def broadcast_by_spark(df: DataFrame) -> bool:

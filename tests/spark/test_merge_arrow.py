@@ -230,21 +230,27 @@ def test_unsupported_merges_fall_back_to_spark(
 
 
 def test_which_dataframe_sources_run_in_process(
-    spark: SparkSession, base_table: Path, tmp_path: Path
+    spark: SparkSession,
+    base_table: Path,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """A local session collects a DataFrame source whose estimated size Spark knows and is within
     the limit (64 MiB unless set); otherwise, or when the engine refuses the MERGE, it runs on
     Spark with the DataFrame itself."""
     arrow = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in SOURCE], SCHEMA)
     known = spark.createDataFrame(arrow)  # a LocalRelation: Spark's estimate is its size
-    unknown = spark.createDataFrame(SOURCE, DDL)  # an RDD of rows: no estimate
+    parquet = str(tmp_path_factory.mktemp("source") / "source.parquet")
+    known.write.parquet(parquet)
+    unknown = spark.createDataFrame(SOURCE, DDL)  # an RDD of rows: collected (test below)
+    mixed = unknown.join(spark.read.parquet(parquet).select("id"), "id")  # and a file: no estimate
     stamped = spark.createDataFrame(  # toArrow() shifts timestamps by the session time zone
         arrow.append_column("at", pa.array([None] * len(SOURCE), pa.timestamp("us")))
     )
     spark.conf.unset(IN_PROCESS_SOURCE_BYTES)
     try:
         assert collect_small_source(known) == arrow
-        assert collect_small_source(unknown) is None
+        assert collect_small_source(mixed) is None
         assert collect_small_source(stamped) is None
     finally:
         spark.conf.set(IN_PROCESS_SOURCE_BYTES, "0")
@@ -273,6 +279,55 @@ def test_which_dataframe_sources_run_in_process(
         merged.execute()
     assert merged.executor == "in-process"
     assert (2, "new2", "a") in rows_of(uri) and (2, "New2", "a") in rows_of(str(tmp_path / "t0"))
+
+
+def test_sources_built_on_the_driver_run_in_process(
+    spark: SparkSession, base_table: Path, tmp_path: Path
+) -> None:
+    """Spark has no size estimate for rows the driver built (`createDataFrame` of Python rows or
+    of a parallelized RDD): such a source is collected when it holds at most the limit's bytes,
+    reading at most the rows that fit, and merges in process with the rows of the Spark MERGE.
+    Rows from storage (an RDD of a text file), or more than fit (a flatMap that expands), stay
+    on Spark."""
+    arrow = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in SOURCE], SCHEMA)
+    rows = spark.createDataFrame(SOURCE, DDL)
+    parallelized = spark.createDataFrame(spark.sparkContext.parallelize(SOURCE, 3), DDL)
+    both_kinds = rows.unionByName(spark.createDataFrame(arrow)).dropDuplicates(["id"])
+    text = tmp_path / "ids.txt"
+    text.write_text("2\n4\n")
+    from_file = spark.createDataFrame(
+        spark.sparkContext.textFile(str(text)).map(lambda line: (int(line), "x", "a")), DDL
+    )
+    expanding = spark.createDataFrame(
+        spark.sparkContext.parallelize([1]).flatMap(lambda _: [(i, "v", "a") for i in range(500)]),
+        DDL,
+    )
+    with in_process_sources(spark, 1 << 20):
+        assert collect_small_source(rows) == arrow
+        assert collect_small_source(parallelized) == arrow
+        got = collect_small_source(both_kinds)
+        assert got is not None and sorted(got.column("id").to_pylist(), key=repr) == sorted(
+            arrow.column("id").to_pylist(), key=repr
+        )
+        assert collect_small_source(from_file) is None
+        assert collect_small_source(expanding) is not None  # 500 rows fit in 1 MiB
+    with in_process_sources(spark, 4096):  # 4 KiB: 146 rows of Spark's default 28 bytes
+        assert collect_small_source(rows) == arrow
+        assert collect_small_source(expanding) is None
+    with in_process_sources(spark, 1):
+        assert collect_small_source(rows) is None
+    results = {}
+    for kind, limit in (("in-process", 1 << 20), ("spark", 0)):
+        uri = str(tmp_path / kind)
+        shutil.copytree(base_table, uri)
+        builder = merge_delta(uri, spark.createDataFrame(SOURCE, DDL), "t.id = s.id")
+        builder.when_matched_update_all().when_not_matched_insert_all()
+        with in_process_sources(spark, limit):
+            metrics = builder.execute().metrics
+        assert builder.executor == kind
+        results[kind] = (rows_of(uri), metrics["numTargetRowsUpdated"], metrics["numSourceRows"])
+    assert results["in-process"] == results["spark"]
+    assert results["spark"][1:] == (2, 4)
 
 
 def test_not_null_and_types(spark: SparkSession, tmp_path: Path) -> None:
