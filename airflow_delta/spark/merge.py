@@ -104,6 +104,7 @@ from airflow_delta.spark.merge_source import (
     SourceFacts,
     broadcast_by_spark,
     collect_small_source,
+    spark_source,
 )
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.write import write_change_files, write_files
@@ -175,7 +176,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             except UnsupportedMergeError as exc:
                 log.info("%s: running it on Spark", exc)
         if isinstance(source, DataFrame):
-            self.source_df = source
+            self.source_df = source if arrow is None else spark_source(source, arrow)
         else:
             from airflow_delta.spark.session import get_spark
 

@@ -30,6 +30,7 @@ __all__ = [
     "SourceFacts",
     "broadcast_by_spark",
     "collect_small_source",
+    "spark_source",
 ]
 
 #: Relative standard deviation of the distinct-value estimate (HyperLogLog++): coarse, since a
@@ -161,6 +162,14 @@ def collect_small_source(df: DataFrame) -> pa.Table | None:
     if _estimated_bytes(df) <= limit:
         return df.toArrow()
     return _collect_within(df, limit) if _built_on_driver(df) else None
+
+
+def spark_source(df: DataFrame, collected: pa.Table) -> DataFrame:
+    """The DataFrame a Spark MERGE reads for the source `df`, collected as `collected` but
+    refused by the in-process MERGE: `df` itself, or for rows built on the driver (evaluated
+    again by Python workers at every read, with no size estimate) the collected rows as a
+    local relation, which Spark can broadcast."""
+    return df.sparkSession.createDataFrame(collected) if _built_on_driver(df) else df
 
 
 def _built_on_driver(df: DataFrame) -> bool:

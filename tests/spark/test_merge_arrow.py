@@ -31,6 +31,7 @@ from airflow_delta.spark.merge import (
     collect_small_source,
     merge_delta,
 )
+from airflow_delta.spark.merge_source import broadcast_by_spark
 from airflow_delta.spark.write import write_delta
 
 DDL = "id long, value string, part string"
@@ -328,6 +329,23 @@ def test_sources_built_on_the_driver_run_in_process(
         results[kind] = (rows_of(uri), metrics["numTargetRowsUpdated"], metrics["numSourceRows"])
     assert results["in-process"] == results["spark"]
     assert results["spark"][1:] == (2, 4)
+
+    # refused in process (a function the engine lacks): on Spark, from the collected rows as a
+    # local relation (which Spark can broadcast), not from Python workers again
+    refused = {}
+    for limit in (1 << 20, 0):
+        uri = str(tmp_path / f"initcap-{limit}")
+        shutil.copytree(base_table, uri)
+        source = spark.createDataFrame(SOURCE, DDL)
+        builder = merge_delta(uri, source, "t.id = s.id")
+        builder.when_matched_update({"value": "initcap(s.value)"})
+        with in_process_sources(spark, limit):
+            builder.execute()
+        assert builder.executor == "spark"
+        assert (builder.source_df is source) == (limit == 0)
+        assert broadcast_by_spark(builder.source_df) == (limit > 0)
+        refused[limit] = rows_of(uri)
+    assert refused[1 << 20] == refused[0] and (2, "New2", "a") in refused[0]
 
 
 def test_not_null_and_types(spark: SparkSession, tmp_path: Path) -> None:
