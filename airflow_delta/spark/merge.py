@@ -49,12 +49,13 @@ The source may also be Arrow data (a pyarrow Table, RecordBatchReader, or anythi
 Arrow stream): the MERGE then runs in this process on pyarrow
 (`engine/commands/merge_in_process.py`), with no Spark job, when the engine's executor takes
 it, and on Spark otherwise (the Arrow table becomes a DataFrame of the active or a default
-local session). A DataFrame source of a `local[...]`
-session whose size Spark estimates at `IN_PROCESS_SOURCE_BYTES` (a Spark conf, 64 MiB by
-default) or less is collected once to Arrow and tried in process first, since its driver is the
-machine the executors run on; it runs on Spark, from the DataFrame, when the engine refuses
-the MERGE. The clauses, the pruning, the commit and the metrics are the engine's
-`MergeBuilder`'s in every case.
+local session). A DataFrame source of a `local[...]` session whose size Spark estimates at
+`IN_PROCESS_SOURCE_BYTES` (a Spark conf, 64 MiB by default) or less, or built on the driver
+from Python rows and holding that much or less, is collected once to Arrow and tried in
+process first, since its driver is the machine the executors run on; it runs on Spark, from
+the DataFrame (rows built on the driver: from the collected rows), when the engine refuses the
+MERGE (`spark/merge_source.py`). The clauses, the pruning, the commit and the metrics are the
+engine's `MergeBuilder`'s in every case.
 """
 
 from __future__ import annotations
