@@ -254,7 +254,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         keys: dict[str, Any] = {"row_tracking": self._tracking.names if self._tracking else None}
         duplicates = found.duplicates
         if duplicates:
-            keys |= {"file_column": _FILE, "row_index_column": _ROW}
+            keys |= {"file_id_column": _FILE, "row_index_column": _ROW}
         outputs = []
 
         def touched_rows() -> DataFrame:
@@ -327,8 +327,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         A plain scan (`target`, the candidate files' scan, with no partition values and no
         deletion vectors: no join inside) takes Spark's own file name and a generated id, both
         computed while the file is read; otherwise, and when the MERGE writes deletion vectors
-        (which need each row's index in its file), the scan attaches the log path and the row
-        index itself.
+        (which need each row's index in its file), the scan attaches the file's position in
+        `files` (an int: cheaper to shuffle and group by than the path) and the row index.
         """
         plain = (
             not self._dvs
@@ -336,8 +336,9 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             and (pc.struct_field(files, "deletionVector").null_count == len(files))
         )
         if not plain or not len(files):
-            rows = scan_files(spark, snapshot, files, file_column=_FILE, row_index_column=_ROW)
-            return rows, lambda key: key
+            rows = scan_files(spark, snapshot, files, file_id_column=_FILE, row_index_column=_ROW)
+            paths = pc.struct_field(files, "path").to_pylist()
+            return rows, lambda key: paths[key]
         layout = TableLayout.of(spark, snapshot)
         by_uri = {
             _file_uri(spark_uri(layout.resolve(path))): path

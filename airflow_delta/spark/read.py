@@ -153,21 +153,23 @@ def scan_files(
     files: pa.StructArray,
     *,
     file_column: str | None = None,
+    file_id_column: str | None = None,
     row_index_column: str | None = None,
     row_tracking: Sequence[str] | None = None,
 ) -> DataFrame:
     """The rows of `files` (a subset of `snapshot.files()`) with the table's logical schema.
 
     `file_column` adds a string column holding each row's file path as the log writes it;
-    `row_index_column` adds the row's position (long) in its parquet file. `row_tracking`
-    (the materialized row-id and row-commit-version columns of a table with row tracking
-    enabled) adds each row's id and commit version under those names: the file's stored
-    value, else its `baseRowId` + row index and its `defaultRowCommitVersion`. Raises
+    `file_id_column` an int column holding its file's position in `files` (cheaper to shuffle
+    and group by); `row_index_column` adds the row's position (long) in its parquet file.
+    `row_tracking` (the materialized row-id and row-commit-version columns of a table with row
+    tracking enabled) adds each row's id and commit version under those names: the file's
+    stored value, else its `baseRowId` + row index and its `defaultRowCommitVersion`. Raises
     DeltaProtocolError (or UnsupportedStorageError) before reading when the table or a file
     cannot be read correctly.
     """
     table = TableLayout.of(spark, snapshot)
-    for name in (file_column, row_index_column, *(row_tracking or ())):
+    for name in (file_column, file_id_column, row_index_column, *(row_tracking or ())):
         if name is not None and (name.lower() in table.lower_names or name.startswith(_INTERNAL)):
             raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
     paths = pc.struct_field(files, "path").to_pylist()
@@ -177,6 +179,7 @@ def scan_files(
         T.StructField(name, kind)
         for name, kind in (
             (file_column, T.StringType()),
+            (file_id_column, T.IntegerType()),
             (row_index_column, T.LongType()),
             *((n, T.LongType()) for n in row_tracking or ()),
         )
@@ -189,7 +192,12 @@ def scan_files(
         )
     deleted = _deleted_rows(snapshot, table, files)
     needs_row_index = deleted is not None or row_index_column is not None or bool(row_tracking)
-    per_file = bool(table.partition_fields) or file_column is not None or needs_row_index
+    per_file = (
+        bool(table.partition_fields)
+        or file_column is not None
+        or file_id_column is not None
+        or needs_row_index
+    )
     schema = table.read_schema
     for name in row_tracking or ():
         schema = schema.add(T.StructField(name, T.LongType(), True))
@@ -218,6 +226,8 @@ def scan_files(
     output = table.output_columns()
     if file_column is not None:
         output.append(F.col(_LOG_PATH).alias(file_column))
+    if file_id_column is not None:
+        output.append(F.col(_FILE_ID).alias(file_id_column))
     if row_index_column is not None:
         output.append(F.col(_ROW_INDEX).alias(row_index_column))
     if row_tracking:
