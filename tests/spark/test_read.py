@@ -380,6 +380,30 @@ def test_file_and_row_index_columns(spark: SparkSession) -> None:
         scan_files(spark, snapshot, files, file_column="VALUE")
 
 
+def test_file_id_column_is_the_position_in_files(spark: SparkSession) -> None:
+    """`file_id_column` numbers the files as `files` lists them (any order, any subset), on a
+    partitioned table and an unpartitioned one."""
+    for name in ("delta__data-reader-partition-values", "delta-rs__simple_table"):
+        snapshot = DeltaLog.for_table(str(TABLES / name)).update()
+        files = snapshot.files()
+        files = files.take(list(reversed(range(len(files)))))  # another order than the log's
+        df = scan_files(spark, snapshot, files, file_column="f", file_id_column="i")
+        assert dict(df.schema["i"].jsonValue()) == {
+            "name": "i",
+            "type": "integer",
+            "nullable": True,
+            "metadata": {},
+        }
+        pairs = {(r.f, r.i) for r in df.select("f", "i").collect()}
+        paths = files.field("path").to_pylist()
+        assert len(pairs) > 1 and all(paths[i] == path for path, i in pairs), name
+        subset = files.slice(max(i for _, i in pairs), 1)  # a file with rows, alone
+        only = scan_files(spark, snapshot, subset, file_id_column="i").select("i").distinct()
+        assert [r.i for r in only.collect()] == [0]
+    with pytest.raises(ValueError, match="taken"):
+        scan_files(spark, snapshot, files, file_id_column="ID")
+
+
 def test_scan_of_no_files_is_empty_with_schema(spark: SparkSession) -> None:
     snapshot = DeltaLog.for_table(str(TABLES / "delta__data-reader-partition-values")).update()
     df = scan_files(spark, snapshot, snapshot.files().slice(0, 0), file_column="f")
