@@ -325,40 +325,56 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         query, and the function mapping a file key to the file's log path.
 
         A plain scan (`target`, the candidate files' scan, with no partition values and no
-        deletion vectors: no join inside) takes Spark's own file name and a generated id, both
-        computed while the file is read; otherwise, and when the MERGE writes deletion vectors
-        (which need each row's index in its file), the scan attaches the file's position in
-        `files` (an int: cheaper to shuffle and group by than the path) and the row index.
+        deletion vectors: no join inside) takes a 64-bit hash of Spark's own file name (a long:
+        cheaper to shuffle and group by than the name) and a generated id, both computed while
+        the file is read; the hashes of the candidate files' names are computed by Spark on the
+        driver. Otherwise, when two candidate files' names share a hash, and when the MERGE
+        writes deletion vectors (which need each row's index in its file), the scan attaches
+        the file's position in `files` (an int) and the row index itself.
         """
         plain = (
             not self._dvs
             and not snapshot.metadata.partition_columns
             and (pc.struct_field(files, "deletionVector").null_count == len(files))
         )
-        if not plain or not len(files):
+        paths = pc.struct_field(files, "path").to_pylist()
+        by_hash = self._file_hashes(spark, snapshot, paths) if plain and paths else None
+        if by_hash is None:
             rows = scan_files(spark, snapshot, files, file_id_column=_FILE, row_index_column=_ROW)
-            paths = pc.struct_field(files, "path").to_pylist()
             return rows, lambda key: paths[key]
-        layout = TableLayout.of(spark, snapshot)
-        by_uri = {
-            _file_uri(spark_uri(layout.resolve(path))): path
-            for path in pc.struct_field(files, "path").to_pylist()
-        }
 
         def log_path(key: Any) -> str:
-            key = _file_uri(key)
-            if key not in by_uri:
+            if key not in by_hash:
                 raise DeltaError(
-                    f"MERGE into {self.target_uri}: rows of an unexpected data file {key!r}"
+                    f"MERGE into {self.target_uri}: rows of an unexpected data file (its name's "
+                    f"hash is {key})"
                 )
-            return by_uri[key]
+            return by_hash[key]
 
         rows = target.select(
             "*",
-            F.input_file_name().alias(_FILE),
+            F.xxhash64(F.input_file_name()).alias(_FILE),
             F.monotonically_increasing_id().alias(_ROW),
         )
         return rows, log_path
+
+    def _file_hashes(self, spark: Any, snapshot: Any, paths: list[str]) -> dict[int, str] | None:
+        """Spark's `xxhash64` of each name `input_file_name()` may give the files at `paths`
+        (a local file shows as `file:///x` or `file:/x`) -> the log path; None when two files
+        share a hash. Evaluated on the driver (a local relation's projection: no Spark job)."""
+        layout = TableLayout.of(spark, snapshot)
+        names, owners = [], []
+        for path in paths:
+            uri = _file_uri(spark_uri(layout.resolve(path)))
+            forms = [uri, "file://" + uri[len("file:") :]] if uri.startswith("file:/") else [uri]
+            names.extend(forms)
+            owners.extend([path] * len(forms))
+        hashed = spark.createDataFrame(pa.table({"name": names})).select(F.xxhash64("name"))
+        by_hash: dict[int, str] = {}
+        for (key,), path in zip(hashed.collect(), owners, strict=True):
+            if by_hash.setdefault(key, path) != path:
+                return None
+        return by_hash
 
     def _join_keys(self) -> list[str]:
         """The source's join columns, when the search should keep its matches to find the

@@ -169,22 +169,23 @@ def scan_files(
     cannot be read correctly.
     """
     table = TableLayout.of(spark, snapshot)
-    for name in (file_column, file_id_column, row_index_column, *(row_tracking or ())):
-        if name is not None and (name.lower() in table.lower_names or name.startswith(_INTERNAL)):
+    asked = {  # the extra columns asked for: name -> (type, the internal column it shows)
+        name: (kind, internal)
+        for name, kind, internal in (
+            (file_column, T.StringType(), _LOG_PATH),
+            (file_id_column, T.IntegerType(), _FILE_ID),
+            (row_index_column, T.LongType(), _ROW_INDEX),
+        )
+        if name is not None
+    }
+    for name in (*asked, *(row_tracking or ())):
+        if name.lower() in table.lower_names or name.startswith(_INTERNAL):
             raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
     paths = pc.struct_field(files, "path").to_pylist()
     locations = [table.resolve(path) for path in paths]
     _check_locations(spark, snapshot, paths, locations)
-    extra = [
-        T.StructField(name, kind)
-        for name, kind in (
-            (file_column, T.StringType()),
-            (file_id_column, T.IntegerType()),
-            (row_index_column, T.LongType()),
-            *((n, T.LongType()) for n in row_tracking or ()),
-        )
-        if name is not None
-    ]
+    extra = [T.StructField(name, kind) for name, (kind, _) in asked.items()]
+    extra += [T.StructField(name, T.LongType()) for name in row_tracking or ()]
     if not len(files):  # an empty relation with the schema, built without Python workers
         empty = spark.range(0)
         return empty.select(
@@ -192,12 +193,7 @@ def scan_files(
         )
     deleted = _deleted_rows(snapshot, table, files)
     needs_row_index = deleted is not None or row_index_column is not None or bool(row_tracking)
-    per_file = (
-        bool(table.partition_fields)
-        or file_column is not None
-        or file_id_column is not None
-        or needs_row_index
-    )
+    per_file = bool(table.partition_fields) or bool(asked) or needs_row_index
     schema = table.read_schema
     for name in row_tracking or ():
         schema = schema.add(T.StructField(name, T.LongType(), True))
@@ -224,12 +220,7 @@ def scan_files(
         deleted_frame = spark.createDataFrame(deleted, T.StructType(deleted_schema))
         rows = rows.join(deleted_frame, [_FILE_ID, _ROW_INDEX], "left_anti")
     output = table.output_columns()
-    if file_column is not None:
-        output.append(F.col(_LOG_PATH).alias(file_column))
-    if file_id_column is not None:
-        output.append(F.col(_FILE_ID).alias(file_id_column))
-    if row_index_column is not None:
-        output.append(F.col(_ROW_INDEX).alias(row_index_column))
+    output += [F.col(internal).alias(name) for name, (_, internal) in asked.items()]
     if row_tracking:
         output.extend(_row_tracking_columns(*row_tracking))
     return rows.select(*output)
