@@ -60,6 +60,7 @@ engine's `MergeBuilder`'s in every case.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -185,10 +186,30 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         self.executor = "spark"
         return self._write_spark(txn)
 
+    def _pruning_columns(self, txn: OptimisticTransaction) -> dict[tuple[str, str], bool]:
+        """The source columns the pruning may ask about (`SourceFacts`): each that a conjunct
+        of the condition equates with a target column, with that column's type and whether it
+        is a partition column (then its distinct values are listed)."""
+        if any(c.kind == NOT_MATCHED_BY_SOURCE for c in self.clauses):
+            return {}
+        if not self._plain_condition():
+            return {}
+        fields = json.loads(txn.metadata.schema_string or "{}").get("fields", [])
+        types = {f["name"].lower(): f["type"] for f in fields}
+        partitions = {c.lower() for c in txn.metadata.partition_columns}
+        columns = {}
+        for conjunct in split_conjuncts(self.condition):
+            pair = self._equality(conjunct)
+            delta_type = None if pair is None else types.get(pair[0].lower())
+            if pair is not None and isinstance(delta_type, str):
+                columns[(pair[1].lower(), delta_type)] = pair[0].lower() in partitions
+        return columns
+
     def _write_spark(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         """Read the candidate files, write the changed rows on Spark; actions and metrics."""
         spark, snapshot = self.source_df.sparkSession, txn.snapshot
-        self._facts = SourceFacts(self.source_df)  # one job: row count, pruning bounds
+        # one job: the row count, the pruning bounds (and a partition column's values)
+        self._facts = SourceFacts(self.source_df, self._pruning_columns(txn))
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         target = scan_files(spark, snapshot, files)
         fields = target.schema.fields

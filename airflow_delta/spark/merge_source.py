@@ -2,10 +2,12 @@
 as it can, and when a small source is collected to run in process.
 
 `SourceFacts` answers the engine's pruning questions (`MergeBuilder._source_values`) and the
-numSourceRows metric: one aggregate job per join column gives the row count, the column's least
-and greatest values and an estimate of its distinct values. A column whose estimate is well
-above MAX_PRUNING_VALUES prunes by its bounds with no other job; otherwise its distinct values
-are listed (a second job, as before). The row count is that job's, when one ran.
+numSourceRows metric with one aggregate job over every source column the condition equates
+with a target column: the row count and, per column, its least and greatest values and an
+estimate of its distinct values; for a column equated with a target partition column, also its
+distinct values (a partition per value: few). A data column whose estimate is well above
+MAX_PRUNING_VALUES prunes by its bounds with no other job; otherwise its distinct values are
+listed (a second job). The row count is that job's, when one ran.
 """
 
 from __future__ import annotations
@@ -43,24 +45,30 @@ _MANY_ESTIMATE = MAX_PRUNING_VALUES * 2
 
 @dataclass(frozen=True)
 class _Summary:
-    """One aggregate job's answer for a source column."""
+    """One aggregate job's answer for a source column (`values`: its distinct non-NULL values,
+    when listed in that job)."""
 
     rows: int
     least: Any
     greatest: Any
     estimated_distinct: int
+    values: list[Any] | None = None
 
 
 class SourceFacts:
     """The source DataFrame's row count and its join columns' values, each computed once.
 
-    Example: `facts = SourceFacts(df)`; `facts.many("id", "long")`, `facts.bounds("id",
-    "long")`, then `facts.rows()` (no further job when a column was summarized).
+    `columns` maps each (lower-case source column, Delta type of the target column it is equated
+    with) the pruning may ask about to whether to list its distinct values in the same job (a
+    partition column's). Example: `facts = SourceFacts(df, {("id", "long"): False})`;
+    `facts.many("id", "long")`, `facts.bounds("id", "long")`, then `facts.rows()` (no further
+    job: one aggregate answered them all).
     """
 
-    def __init__(self, df: DataFrame) -> None:
+    def __init__(self, df: DataFrame, columns: dict[tuple[str, str], bool] | None = None) -> None:
         self.df = df
-        self._summaries: dict[str, _Summary] = {}
+        self._columns = dict(columns or {})
+        self._summaries: dict[tuple[str, str], _Summary | None] = {}
 
     def field(self, name: str, delta_type: str) -> StructField | None:
         """The source column `name` (lower case) when it is one column of exactly `delta_type`
@@ -71,28 +79,47 @@ class SourceFacts:
         return found[0]
 
     def _summary(self, name: str, delta_type: str) -> _Summary | None:
-        found = self.field(name, delta_type)
-        if found is None:
-            return None
-        if name not in self._summaries:
-            column = F.col(quote_identifier(found.name))
-            row = self.df.agg(
-                F.count(F.lit(1)),
-                F.min(column),
-                F.max(column),
-                F.approx_count_distinct(column, _ESTIMATE_RSD),
-            ).first()
-            assert row is not None, "a global aggregate has one row"
-            self._summaries[name] = _Summary(int(row[0]), row[1], row[2], int(row[3]))
-        return self._summaries[name]
+        key = (name, delta_type)
+        if key not in self._summaries:
+            self._summarize({key: self._columns.get(key, False)} | self._columns)
+        return self._summaries.get(key)
+
+    def _summarize(self, columns: dict[tuple[str, str], bool]) -> None:
+        """One aggregate job over the source for every column of `columns` not yet summarized
+        (None for those not prunable)."""
+        fields = {}
+        for key, listed in columns.items():
+            if key not in self._summaries:
+                self._summaries[key] = None
+                found = self.field(*key)
+                if found is not None:
+                    fields[key] = (F.col(quote_identifier(found.name)), listed)
+        if not fields:
+            return
+        aggregates = [F.count(F.lit(1))]
+        for column, listed in fields.values():
+            aggregates += [F.min(column), F.max(column)]
+            aggregates.append(F.approx_count_distinct(column, _ESTIMATE_RSD))
+            aggregates.append(F.collect_set(column) if listed else F.lit(None))
+        row = self.df.agg(*aggregates).first()
+        assert row is not None, "a global aggregate has one row"
+        for i, key in enumerate(fields):
+            least, greatest, estimate, values = row[1 + 4 * i : 5 + 4 * i]
+            self._summaries[key] = _Summary(int(row[0]), least, greatest, int(estimate), values)
 
     def many(self, name: str, delta_type: str) -> bool:
         """Whether the column surely has more than MAX_PRUNING_VALUES distinct values."""
         summary = self._summary(name, delta_type)
+        if summary is not None and summary.values is not None:
+            return len(summary.values) > MAX_PRUNING_VALUES
         return summary is not None and summary.estimated_distinct > _MANY_ESTIMATE
 
     def values(self, name: str, delta_type: str) -> list[Any] | None:
-        """Up to MAX_PRUNING_VALUES + 1 distinct values of the column (None: not prunable)."""
+        """Up to MAX_PRUNING_VALUES + 1 distinct values of the column (None: not prunable):
+        those the aggregate listed, else a job of their own."""
+        summary = self._summaries.get((name, delta_type))
+        if summary is not None and summary.values is not None:
+            return summary.values[: MAX_PRUNING_VALUES + 1]
         found = self.field(name, delta_type)
         if found is None:
             return None
@@ -114,7 +141,8 @@ class SourceFacts:
     def rows(self) -> int:
         """The source's row count: a summary's, else a `count()` job."""
         for summary in self._summaries.values():
-            return summary.rows
+            if summary is not None:
+                return summary.rows
         return self.df.count()
 
 

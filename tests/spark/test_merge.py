@@ -412,6 +412,36 @@ def test_many_source_keys_prune_by_their_range(
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (3, keys - 3)
 
 
+def test_one_aggregate_of_the_source_answers_every_pruning_question(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The source's row count, every join column's bounds and distinct-value estimate, and the
+    distinct values of the column equated with the partition column come from one aggregate
+    job: the source is read once before the search, however many columns prune."""
+    uri = make_table(spark, tmp_path, BASE)
+    keys = 25_000  # far above MAX_PRUNING_VALUES: pruned by their range, never listed
+    parts = "IF(id = 3, 'b', 'd') AS part"
+    many = spark.range(3, 3 + keys).selectExpr("id", "'x' AS value", parts)
+    context = spark.sparkContext
+    context.setJobGroup("merge-facts", "MERGE")
+    try:
+        on = "s.part = t.part AND t.id = s.id"
+        merge = InterleavedMerge(uri, many, on, before_commit=lambda: None)
+        metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute().metrics
+        tracker = context.statusTracker()
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup("merge-facts")]
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+    call_sites = {s.name for s in stages if s and "merge_source.py" in s.name}
+    assert len(call_sites) == 1, call_sites
+    assert merge.txn is not None
+    expected = f"(`part` IN ('b', 'd')) AND (`id` BETWEEN 3 AND {keys + 2})"
+    assert [p.text for p in merge.txn.read_predicates] == [expected]
+    assert metrics["numSourceRows"] == keys
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, keys - 1)
+
+
 @pytest.mark.parametrize("kind", ["spark", "arrow"])
 def test_a_missing_data_file_is_a_corrupt_log(spark: SparkSession, tmp_path: Path, kind: str):
     """Both executors name the table, the version and the file; nothing is committed."""
