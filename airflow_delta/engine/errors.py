@@ -135,6 +135,12 @@ class UnsupportedCommandError(DeltaError):
     evaluator, a table whose data needs more than pyarrow); nothing was written."""
 
 
+class InvalidArgumentError(DeltaError, ValueError):
+    """A command or reader was called with arguments it cannot take (an unknown column, a
+    version that is not earlier, a bad size, ...); nothing was read or written. The message
+    names the table and what to pass instead."""
+
+
 class VacuumRetentionError(DeltaError, ValueError):
     """VACUUM was asked for a retention shorter than the table's deleted-file retention."""
 

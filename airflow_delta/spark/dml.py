@@ -68,6 +68,7 @@ from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
     IdentityColumnError,
+    InvalidArgumentError,
     InvalidPredicateError,
 )
 from airflow_delta.engine.expressions.tokens import quote_identifier, split_conjuncts
@@ -214,7 +215,7 @@ def _matching_rows(
     if not len(files):
         return {}, {}
     keys = {"row_index_column": _ROW} if with_indexes else {}
-    rows = scan_files(spark, txn.snapshot, files, file_column=_FILE, **keys)
+    rows = scan_files(spark, txn.snapshot, files, file_id_column=_FILE, **keys)
     counted = [F.count(F.lit(1)).alias("rows"), F.count(F.when(matched, 1)).alias("matched")]
     if with_indexes:
         counted.append(changed_row_indexes(matched, _ROW).alias("indexes"))
@@ -223,7 +224,8 @@ def _matching_rows(
         partial = F.col("matched") < F.col("rows")
         per_file = per_file.withColumn("indexes", F.when(partial, F.col("indexes")))
     found = per_file.toArrow()
-    paths = found.column(_FILE).to_pylist()
+    candidates = files.field("path").to_pylist()
+    paths = [candidates[i] for i in found.column(_FILE).to_pylist()]
     counts = zip(found.column("rows").to_pylist(), found.column("matched").to_pylist(), strict=True)
     by_path = {p: (int(n), int(m)) for p, (n, m) in zip(paths, counts, strict=True)}
     if not with_indexes:
@@ -378,14 +380,20 @@ def update(
     deletion vector and only the updated rows are written; otherwise every touched file is
     rewritten. Returns the commit's CommitResult, delta-spark's metrics in `result.metrics`
     (numUpdatedRows, numCopiedRows, numRemovedFiles, numAddedFiles, numAddedChangeFiles,
-    numDeletionVectorsAdded, ...); skipped (version None) when no row matched. Raises ValueError
-    for an unknown column and IdentityColumnError for an identity column in `set`.
+    numDeletionVectorsAdded, ...); skipped (version None) when no row matched. Raises
+    InvalidArgumentError (a ValueError) for an unknown column and IdentityColumnError for an
+    identity column in `set`.
 
     Example: `update(spark, uri, {"amount": "amount * 2", "name": "upper(name)"},
     "day = '2024-06-30'")`.
     """
     if not set or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items()):
-        raise ValueError(f"UPDATE assignments must map column names to SQL expressions: {set!r}")
+        name = table.table if isinstance(table, OptimisticTransaction) else table
+        name = name.table_uri if isinstance(name, DeltaLog) else name
+        raise InvalidArgumentError(
+            f"UPDATE of {name}: the assignments (set) must map column names to SQL "
+            f"expressions, got {set!r}"
+        )
     scan = _start("UPDATE", spark, table, predicate, storage_options, commit_properties)
     if isinstance(scan, CommitResult):
         return scan
@@ -412,8 +420,8 @@ def update(
 
 def _assignments(txn: OptimisticTransaction, set: Mapping[str, str]) -> dict[str, str]:
     """`set` by the table's column names (matched without regard to case, backquotes taken
-    off); ValueError for an unknown or twice assigned column, IdentityColumnError for an
-    identity column."""
+    off); InvalidArgumentError for an unknown or twice assigned column, IdentityColumnError
+    for an identity column."""
     assigned = update_assignments(txn.table, [f.name for f in txn.metadata.schema], set)
     for identity in identity_columns(txn.metadata):
         if identity.name in assigned:

@@ -59,6 +59,7 @@ from airflow_delta.engine.delta_log import DeltaLog, Timestamp
 from airflow_delta.engine.errors import (
     CorruptLogError,
     DeltaProtocolError,
+    InvalidArgumentError,
     InvalidPredicateError,
     UnsupportedStorageError,
 )
@@ -180,7 +181,9 @@ def scan_files(
     }
     for name in (*asked, *(row_tracking or ())):
         if name.lower() in table.lower_names or name.startswith(_INTERNAL):
-            raise ValueError(f"column name {name!r} is taken by table {snapshot.table_uri}")
+            raise InvalidArgumentError(
+                f"column name {name!r} is taken by table {snapshot.table_uri}"
+            )
     paths = pc.struct_field(files, "path").to_pylist()
     locations = [table.resolve(path) for path in paths]
     _check_locations(spark, snapshot, paths, locations)

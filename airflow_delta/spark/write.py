@@ -54,6 +54,7 @@ from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.commands.write import partitions_predicate, write_metrics
 from airflow_delta.engine.delta_log import DeltaLog
 from airflow_delta.engine.errors import (
+    InvalidArgumentError,
     MetadataChangedException,
     SchemaMismatchError,
     TableAlreadyExistsError,
@@ -488,7 +489,9 @@ def write_delta(
 
     Returns the commit's `CommitResult` (version None when skipped).
     """
-    save_mode = _save_mode(mode, replace_where, partition_overwrite_mode, overwrite_schema)
+    save_mode = _save_mode(
+        _table_name(table), mode, replace_where, partition_overwrite_mode, overwrite_schema
+    )
     options = WriteOptions(
         mode, save_mode, partition_by, replace_where, partition_overwrite_mode, merge_schema,
         overwrite_schema, configuration, target_file_size, storage_options,
@@ -586,27 +589,43 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
     return txn.commit(actions, Operation("WRITE", parameters, metrics))
 
 
+def _table_name(table: str | DeltaLog | OptimisticTransaction) -> str:
+    """The URI of the table `table` is or opens."""
+    if isinstance(table, OptimisticTransaction):
+        return table.table
+    return table.table_uri if isinstance(table, DeltaLog) else str(table)
+
+
 def _save_mode(
-    mode: str, replace_where: str | None, partition_overwrite_mode: str, overwrite_schema: bool
+    table: str,
+    mode: str,
+    replace_where: str | None,
+    partition_overwrite_mode: str,
+    overwrite_schema: bool,
 ) -> str:
-    """Spark's SaveMode for `mode`, after checking the options that go with it."""
+    """Spark's SaveMode for `mode`, after checking the options that go with it
+    (InvalidArgumentError naming `table` when they do not)."""
     save_mode = _SAVE_MODES.get(str(mode).lower())
+    where = f"write_delta into {table}"
     if save_mode is None:
-        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(_SAVE_MODES)}")
+        raise InvalidArgumentError(
+            f"{where}: unknown mode {mode!r}: use one of {sorted(_SAVE_MODES)}"
+        )
     if partition_overwrite_mode not in ("static", "dynamic"):
-        raise ValueError(
-            "partition_overwrite_mode must be 'static' or 'dynamic', not "
+        raise InvalidArgumentError(
+            f"{where}: partition_overwrite_mode must be 'static' or 'dynamic', not "
             f"{partition_overwrite_mode!r}"
         )
     dynamic = partition_overwrite_mode == "dynamic"
     if save_mode != "Overwrite" and (replace_where or overwrite_schema or dynamic):
-        raise ValueError(
-            "replace_where, overwrite_schema and dynamic partition overwrite need mode='overwrite'"
+        raise InvalidArgumentError(
+            f"{where}: replace_where, overwrite_schema and dynamic partition overwrite need "
+            "mode='overwrite'"
         )
     if (replace_where is not None) + overwrite_schema + dynamic > 1:
-        raise ValueError(
-            "replace_where, overwrite_schema and partition_overwrite_mode='dynamic' exclude "
-            "each other"
+        raise InvalidArgumentError(
+            f"{where}: replace_where, overwrite_schema and partition_overwrite_mode='dynamic' "
+            "exclude each other"
         )
     return save_mode
 
@@ -619,7 +638,7 @@ def _open_transaction(
     """The transaction a write commits with: `table` itself, or one started on it."""
     if isinstance(table, OptimisticTransaction):
         if properties is not None and properties is not table.properties:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"write_delta into {table.table}: pass commit_properties to the transaction "
                 "you give, not beside it"
             )

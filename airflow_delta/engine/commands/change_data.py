@@ -34,7 +34,11 @@ import pyarrow as pa
 
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN, with_change_type
 from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar, spelt_as
-from airflow_delta.engine.errors import ChangeDataFeedError, VersionNotFoundError
+from airflow_delta.engine.errors import (
+    ChangeDataFeedError,
+    InvalidArgumentError,
+    VersionNotFoundError,
+)
 from airflow_delta.engine.log.history import Timestamp, commit_timestamps, to_epoch_ms
 from airflow_delta.engine.log.log_segment import commit_files, list_log
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
@@ -85,7 +89,7 @@ def read_changes(
 
     Raises ChangeDataFeedError when a commit of the range does not record change data,
     VersionNotFoundError for a starting point after the latest commit or before the oldest
-    one the log keeps, ValueError for an ending point before the starting one.
+    one the log keeps, InvalidArgumentError for an ending point before the starting one.
 
     >>> read_changes("s3://lake/orders", 12, 15, columns=["id", "status"])  # doctest: +SKIP
     """
@@ -120,9 +124,13 @@ def _range(
     """The first and last version of the range asked."""
     table, latest, oldest = location.uri, max(stamps), min(stamps)
     if (starting_version is None) == (starting_timestamp is None):
-        raise ValueError(f"read_changes of {table}: pass starting_version or starting_timestamp")
+        raise InvalidArgumentError(
+            f"read_changes of {table}: pass starting_version or starting_timestamp"
+        )
     if ending_version is not None and ending_timestamp is not None:
-        raise ValueError(f"read_changes of {table}: pass ending_version or ending_timestamp")
+        raise InvalidArgumentError(
+            f"read_changes of {table}: pass ending_version or ending_timestamp"
+        )
     if starting_timestamp is not None:
         ms = to_epoch_ms(starting_timestamp)
         after = [v for v, t in sorted(stamps.items()) if t >= ms]
@@ -148,7 +156,7 @@ def _range(
             f"(the oldest commit kept is {oldest}); start at {oldest} or later"
         )
     if end < starting_version:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"read_changes of {table}: the ending version {end} is before the starting "
             f"version {starting_version}"
         )
@@ -160,7 +168,7 @@ def _columns(schema: pa.Schema, columns: Sequence[str] | None, table: str) -> li
         return list(schema.names)
     names, unknown = spelt_as(schema.names, columns)
     if unknown:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"read_changes of {table}: no column {', '.join(unknown)} (columns: "
             f"{', '.join(schema.names)})"
         )

@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 
-from airflow_delta.engine.errors import TableNotFoundError
+from airflow_delta.engine.errors import InvalidArgumentError, TableNotFoundError
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import Action, Operation
 from airflow_delta.engine.protocol.features import check_writer_support
@@ -28,7 +28,7 @@ def command_transaction(
     transaction on the latest snapshot of the table at the URI `table`."""
     if isinstance(table, OptimisticTransaction):
         if commit_properties is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name} of {table.table}: pass commit_properties to the transaction you give, "
                 "not beside it"
             )

@@ -74,6 +74,7 @@ from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     CorruptLogError,
     IdentityColumnError,
+    InvalidArgumentError,
     InvalidPredicateError,
     UnsupportedCommandError,
 )
@@ -452,7 +453,11 @@ def update(
     "status = 'open' AND opened_on < '2024-01-01'")`.
     """
     if not set or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items()):
-        raise ValueError(f"UPDATE assignments must map column names to SQL expressions: {set!r}")
+        name = table.table if isinstance(table, OptimisticTransaction) else table
+        raise InvalidArgumentError(
+            f"UPDATE of {name}: the assignments (set) must map column names to SQL "
+            f"expressions, got {set!r}"
+        )
     plan = _plan("UPDATE", table, predicate, storage_options, commit_properties)
     if isinstance(plan, CommitResult):
         return plan
@@ -545,8 +550,8 @@ def _regenerated(
 
 def _assigner(plan: _Plan, assignments: Mapping[str, str]) -> Assign:
     """A function (rows, mask) -> the rows with the assignments applied where `mask` holds
-    (every row without a mask); ValueError for an unknown column, UnsupportedCommandError for
-    an expression the engine does not evaluate."""
+    (every row without a mask); InvalidArgumentError for an unknown column,
+    UnsupportedCommandError for an expression the engine does not evaluate."""
     table = plan.txn.table
     types = _column_types(plan.txn)
     parsed: dict[str, tuple[Expr, list[str]]] = {}
@@ -593,10 +598,10 @@ def update_assignments(
     table: str, names: Sequence[str], assignments: Mapping[str, str]
 ) -> dict[str, str]:
     """`assignments` keyed by the table's column `names` (matched without regard to case,
-    backquotes taken off); ValueError naming an unknown or twice-assigned column."""
+    backquotes taken off); InvalidArgumentError naming an unknown or twice-assigned column."""
     assigned, bad = assigned_columns(names, assignments)
     if bad is not None:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"UPDATE of {table}: {bad[0]!r} {bad[1]} the table (columns: {', '.join(names)})"
         )
     return assigned
@@ -613,7 +618,7 @@ def _stored(value: Any, target: pa.Field, rows: int, table: str) -> Any:
             return repeat_scalar(value.cast(target.type, safe=True), rows)
         return pc.cast(value, target.type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"UPDATE of {table}: cannot store {value.type} values in column {target.name} "
             f"({target.type}): {exc}"
         ) from None

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from airflow_delta.engine.errors import (
     CorruptLogError,
     DeltaProtocolError,
+    InvalidArgumentError,
     VacuumRetentionError,
 )
 from airflow_delta.engine.log.log_segment import complete_checkpoints
@@ -112,7 +113,7 @@ def vacuum(
     if retention_hours is None:
         retention_ms = configured_ms
     elif not 0 <= retention_hours < math.inf:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Cannot vacuum table {table}: retention hours must be a number >= 0, got "
             f"{retention_hours}"
         )

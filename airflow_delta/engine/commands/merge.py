@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_delta.engine.errors import (
+    InvalidArgumentError,
     InvalidPredicateError,
     MultipleSourceRowMatchingTargetRowInMergeError,
     TableNotFoundError,
@@ -114,7 +115,7 @@ class MergeBuilder:
         self.given_transaction = target if isinstance(target, OptimisticTransaction) else None
         self.target_uri = target.table if isinstance(target, OptimisticTransaction) else target
         if self.given_transaction is not None and commit_properties is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"MERGE into {self.target_uri}: pass commit_properties to the transaction you "
                 "give, not beside it"
             )
@@ -136,7 +137,9 @@ class MergeBuilder:
 
         Example: `.when_matched_update({"value": "s.value"}, "s.ts > t.ts")`.
         """
-        return self._add(MergeClause(MATCHED, "update", condition, _assignments(set)))
+        return self._add(
+            MergeClause(MATCHED, "update", condition, _assignments(set, self.target_uri))
+        )
 
     def when_matched_update_all(self, condition: str | None = None) -> Any:
         """Set every target column of matched rows from the source column of the same name.
@@ -159,7 +162,9 @@ class MergeBuilder:
 
         Example: `.when_not_matched_insert({"id": "s.id", "value": "upper(s.value)"})`.
         """
-        return self._add(MergeClause(NOT_MATCHED, "insert", condition, _assignments(values)))
+        return self._add(
+            MergeClause(NOT_MATCHED, "insert", condition, _assignments(values, self.target_uri))
+        )
 
     def when_not_matched_insert_all(self, condition: str | None = None) -> Any:
         """Insert unmatched source rows, each target column from the source column of its name.
@@ -175,7 +180,11 @@ class MergeBuilder:
 
         Example: `.when_not_matched_by_source_update({"active": "false"})`.
         """
-        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "update", condition, _assignments(set)))
+        return self._add(
+            MergeClause(
+                NOT_MATCHED_BY_SOURCE, "update", condition, _assignments(set, self.target_uri)
+            )
+        )
 
     def when_not_matched_by_source_delete(self, condition: str | None = None) -> Any:
         """Delete target rows that no source row matches.
@@ -189,7 +198,7 @@ class MergeBuilder:
             label = {MATCHED: "MATCHED", NOT_MATCHED: "NOT MATCHED"}.get(
                 clause.kind, "NOT MATCHED BY SOURCE"
             )
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"When there are more than one {label} clauses in a MERGE statement, only the "
                 f"last {label} clause can omit the condition (MERGE into {self.target_uri})."
             )
@@ -217,7 +226,7 @@ class MergeBuilder:
         .execute()`, then `result.version` and `result.metrics["numTargetRowsUpdated"]`.
         """
         if not self.clauses:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"MERGE into {self.target_uri}: there must be at least one WHEN clause."
             )
         txn = self.given_transaction or start_transaction(
@@ -321,7 +330,8 @@ class MergeBuilder:
         return clause.assignments.get(column)
 
     def _check_assignments(self, columns: list[str], source_columns: Sequence[str] = ()) -> None:
-        """Key every assignment by its target column; ValueError for an unknown or repeated one.
+        """Key every assignment by its target column; InvalidArgumentError for an unknown or
+        repeated one.
 
         Warns when an update-all or insert-all clause leaves source columns out because the
         table has no column of their name (`source_columns`: the source's).
@@ -343,7 +353,7 @@ class MergeBuilder:
                 continue
             resolved, bad = assigned_columns(columns, clause.assignments, self.target_alias)
             if bad is not None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"MERGE into {self.target_uri}: {bad[0]!r} {bad[1]} the {clause.action} "
                     f"clause (target columns: {', '.join(columns)})."
                 )
@@ -523,7 +533,7 @@ class MergeBuilder:
         found: list[str] = [c for c in source.column_names if c.lower() == name.lower()]
         if len(found) != 1:
             problem = "is ambiguous in" if found else "is not a column of"
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"MERGE into {self.target_uri}: {self.source_alias}.{name} {problem} the source "
                 f"(columns: {', '.join(source.column_names)})"
             )
@@ -547,7 +557,7 @@ class MergeBuilder:
                 )
             target = by_lower.get(columns[0].lower())
             if target is None:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"MERGE into {self.target_uri}: {self.target_alias}.{columns[0]} is not a "
                     f"column of the table (columns: {', '.join(table.names)})"
                 )
@@ -666,13 +676,15 @@ def _joinable(target: pa.DataType, source: pa.DataType) -> bool:
     return bool(comparable and target == source)
 
 
-def _assignments(mapping: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `mapping` (target column -> SQL expression); ValueError when empty or not text."""
+def _assignments(mapping: Mapping[str, str], table: str) -> dict[str, str]:
+    """A copy of `mapping` (target column -> SQL expression); InvalidArgumentError naming the
+    target `table` when empty or not text."""
     if not mapping or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
     ):
-        raise ValueError(
-            f"MERGE assignments must map target column names to SQL expressions, got {mapping!r}"
+        raise InvalidArgumentError(
+            f"MERGE into {table}: assignments must map target column names to SQL "
+            f"expressions, got {mapping!r}"
         )
     return dict(mapping)
 

@@ -72,7 +72,11 @@ from airflow_delta.engine.commands.merge_values import (
     sql_literal,
 )
 from airflow_delta.engine.commands.row_ids import RowTracking
-from airflow_delta.engine.errors import InvalidPredicateError, UnsupportedMergeError
+from airflow_delta.engine.errors import (
+    InvalidArgumentError,
+    InvalidPredicateError,
+    UnsupportedMergeError,
+)
 from airflow_delta.engine.expressions.constraints import RowChecks
 from airflow_delta.engine.expressions.generated import (
     GeneratedColumn,
@@ -462,7 +466,7 @@ class ArrowMergeBuilder(MergeBuilder):
         """How `clause` computes column `field` from `sql`: ("s" or "t", a column of that
         side), ("value", a literal scalar) or ("expr", (expression, columns it reads as
         `t.<name>` / `s.<name>`)); UnsupportedMergeError for what the engine does not
-        evaluate, ValueError for a column the clause cannot read."""
+        evaluate, InvalidArgumentError for a column the clause cannot read."""
         ref = self._reference(sql)
         if ref is None:
             try:
@@ -480,18 +484,18 @@ class ArrowMergeBuilder(MergeBuilder):
             return "expr", (expr, sorted(used))
         side = "s" if ref[0] == self.source_alias.lower() else "t"
         if side == "t" and clause.kind == NOT_MATCHED:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"MERGE into {self.target_uri}: an insert cannot read the target ({sql})"
             )
         if side == "s" and clause.kind == NOT_MATCHED_BY_SOURCE:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"MERGE into {self.target_uri}: a NOT MATCHED BY SOURCE clause cannot "
                 f"read the source ({sql})"
             )
         if side == "t":
             known = {n.lower(): n for n in table.names}.get(ref[1].lower())
             if known is None:
-                raise ValueError(f"MERGE into {self.target_uri}: unknown column {sql}")
+                raise InvalidArgumentError(f"MERGE into {self.target_uri}: unknown column {sql}")
             return side, known
         name = self._source_column(source, ref[1])
         given = source.schema.field(name).type

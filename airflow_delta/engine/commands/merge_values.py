@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.commands.data_reader import cast_values, same_family
-from airflow_delta.engine.errors import UnsupportedMergeError
+from airflow_delta.engine.errors import InvalidArgumentError, UnsupportedMergeError
 
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
@@ -34,13 +34,13 @@ def cast_to_field(
     loses values is an error naming the column."""
     given = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if not same_family(column.type, field.type) and not castable(given, field.type):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"MERGE into {where}: cannot store {given} values in column {field.name} ({field.type})"
         )
     try:
         return cast_values(column, field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"MERGE into {where}: cannot cast column {field.name} from {column.type} to "
             f"{field.type}: {exc}"
         ) from None

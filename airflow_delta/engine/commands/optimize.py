@@ -59,7 +59,7 @@ from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
 from airflow_delta.engine.commands.file_removes import remove_files
 from airflow_delta.engine.commands.row_ids import RowTracking
-from airflow_delta.engine.errors import UnsupportedCommandError
+from airflow_delta.engine.errors import InvalidArgumentError, UnsupportedCommandError
 from airflow_delta.engine.expressions.predicates import parse_predicates
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
@@ -213,7 +213,9 @@ def _plan(
     target = _target_size(txn, target_size)
     minimum = target if min_file_size is None else int(min_file_size)
     if minimum < 0:
-        raise ValueError(f"OPTIMIZE of {txn.table}: min_file_size must be >= 0, got {minimum}")
+        raise InvalidArgumentError(
+            f"OPTIMIZE of {txn.table}: min_file_size must be >= 0, got {minimum}"
+        )
     return _Plan(
         txn, operation, schema, _considered(txn, partition_filter), target, minimum, zorder, started
     )
@@ -224,14 +226,16 @@ def _target_size(txn: OptimisticTransaction, given: int | None) -> int:
     DEFAULT_TARGET_SIZE."""
     if given is not None:
         if int(given) <= 0:
-            raise ValueError(f"OPTIMIZE of {txn.table}: target_size must be > 0, got {given}")
+            raise InvalidArgumentError(
+                f"OPTIMIZE of {txn.table}: target_size must be > 0, got {given}"
+            )
         return int(given)
     text = txn.metadata.configuration.get("delta.targetFileSize")
     if text is None:
         return DEFAULT_TARGET_SIZE
     match = _SIZE.match(text)
     if match is None or int(match.group(1)) <= 0:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"OPTIMIZE of {txn.table}: delta.targetFileSize={text!r} is not a size in bytes "
             "(e.g. 268435456 or 256mb); fix the table property or pass target_size."
         )
@@ -239,23 +243,23 @@ def _target_size(txn: OptimisticTransaction, given: int | None) -> int:
 
 
 def _check_zorder(table: str, columns: list[str], schema: pa.Schema, partitions: list[str]) -> None:
-    """ValueError for a Z-order column that is unknown, a partition column, repeated or of a
-    type without an order key."""
+    """InvalidArgumentError for a Z-order column that is unknown, a partition column, repeated
+    or of a type without an order key."""
     if len(set(columns)) != len(columns):
-        raise ValueError(f"OPTIMIZE of {table}: zorder_by repeats a column: {columns}")
+        raise InvalidArgumentError(f"OPTIMIZE of {table}: zorder_by repeats a column: {columns}")
     for name in columns:
         if name in partitions:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"OPTIMIZE of {table}: {name} is a partition column; Z-order by data columns "
                 "only (partitions are already clustered)"
             )
         if name not in schema.names:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"OPTIMIZE of {table}: zorder_by column {name!r} is not a column of the table "
                 f"(columns: {', '.join(schema.names)})"
             )
         if _key_kind(schema.field(name).type) is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"OPTIMIZE of {table}: cannot Z-order by {name} ({schema.field(name).type}); "
                 "use numeric, string, binary, boolean, date or timestamp columns"
             )

@@ -44,6 +44,7 @@ from airflow_delta.engine.commands.command_transaction import command_transactio
 from airflow_delta.engine.commands.file_removes import remove_files
 from airflow_delta.engine.errors import (
     CorruptLogError,
+    InvalidArgumentError,
     RestoreMissingFilesError,
     TableNotFoundError,
 )
@@ -85,10 +86,10 @@ def restore(
     a date; naive means UTC).
 
     Returns the commit's CommitResult, delta-spark's RESTORE metrics in `result.metrics`.
-    Raises ValueError for a version that is not older than the latest, VersionNotFoundError
-    when the log cannot rebuild it, RestoreMissingFilesError when its data files are gone
-    (unless `ignore_missing_files`), and a Delta conflict exception when a concurrent commit
-    changed the table.
+    Raises InvalidArgumentError for a version that is not older than the latest,
+    VersionNotFoundError when the log cannot rebuild it, RestoreMissingFilesError when its data
+    files are gone (unless `ignore_missing_files`), and a Delta conflict exception when a
+    concurrent commit changed the table.
 
     Example: `restore("s3://bucket/events", version=41).metrics["numRestoredFiles"]`.
     """
@@ -96,7 +97,9 @@ def restore(
     txn = _transaction(table, storage_options, commit_properties)
     uri = txn.table
     if (version is None) == (timestamp is None):
-        raise ValueError(f"RESTORE of {uri}: pass either version or timestamp (one of them)")
+        raise InvalidArgumentError(
+            f"RESTORE of {uri}: pass either version or timestamp (one of them)"
+        )
     if txn.already_committed():  # a retry of a restore that landed: nothing to do again
         landed = {"version": version} if timestamp is None else {"timestamp": str(timestamp)}
         return txn.result(None, Operation("RESTORE", landed))
@@ -109,7 +112,7 @@ def restore(
         asked = f"version {version}"
         if timestamp is not None:  # the table as of the timestamp is its latest version
             asked = f"the table's version at {timestamp} ({version})"
-        raise ValueError(
+        raise InvalidArgumentError(
             f"RESTORE of {uri}: {asked} is not an earlier version of the table "
             f"(latest: {txn.read_version}); restore a version from 0 to {txn.read_version - 1}, "
             "or a timestamp before the latest commit."

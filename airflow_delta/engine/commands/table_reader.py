@@ -47,6 +47,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from airflow_delta.engine.commands.data_reader import FileReader, spelt_as
+from airflow_delta.engine.errors import InvalidArgumentError
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.expressions.skipping import parse_file_predicates
 from airflow_delta.engine.log import history
@@ -78,8 +79,8 @@ def read_table(
     columns, or a list of conditions, ANDed; a NULL result does not match) select what is
     read; files are pruned by partition values and statistics first. `version` or
     `timestamp` time travel (on a Snapshot's table too). Raises InvalidPredicateError for a
-    filter the engine cannot evaluate, ValueError for an unknown column, CorruptLogError for
-    a missing data file.
+    filter the engine cannot evaluate, InvalidArgumentError for an unknown column,
+    CorruptLogError for a missing data file.
 
     >>> read_table("/data/orders", ["order_id"], "status = 'new'", version=3)  # doctest: +SKIP
     """
@@ -143,10 +144,14 @@ def snapshot_of(
     """The snapshot to read: `table` itself when a Snapshot and no time travel is asked, else
     the one at `version` or at `timestamp` of its table (the latest when neither)."""
     if version is not None and timestamp is not None:
-        raise ValueError("pass either version or timestamp, not both")
+        name = table.table_uri if isinstance(table, Snapshot) else table
+        raise InvalidArgumentError(f"Reading {name}: pass either version or timestamp, not both")
     if isinstance(table, Snapshot):
         if storage_options is not None:
-            raise ValueError("storage_options go with a table URI; a Snapshot has its own")
+            raise InvalidArgumentError(
+                f"Reading {table.table_uri}: storage_options go with a table URI; a Snapshot "
+                "has its own"
+            )
         if timestamp is None and version in (None, table.version):
             return table
         location = table.location
@@ -290,16 +295,20 @@ def _predicate(snapshot: Snapshot, reader: FileReader, filter: Filter) -> Partit
 
 
 def _resolve(snapshot: Snapshot, schema: pa.Schema, columns: Sequence[str]) -> list[str]:
-    """The schema names of `columns` (case-insensitive); ValueError names an unknown one."""
+    """The schema names of `columns` (case-insensitive); InvalidArgumentError names an unknown
+    one."""
     if isinstance(columns, str):
         raise TypeError(f"columns must be a list of names, not the string {columns!r}")
     names, unknown = spelt_as(schema.names, columns)
     if unknown:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"Table {snapshot.table_uri} version {snapshot.version} has no column "
             f"{', '.join(map(repr, unknown))} (columns: {', '.join(schema.names)})"
         )
     duplicate = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if duplicate is not None:
-        raise ValueError(f"column {duplicate!r} is asked for twice")
+        raise InvalidArgumentError(
+            f"Table {snapshot.table_uri} version {snapshot.version}: column {duplicate!r} is "
+            "asked for twice"
+        )
     return names

@@ -49,6 +49,7 @@ from airflow_delta.engine.commands.data_reader import (
 from airflow_delta.engine.commands.identity_values import IdentityValues
 from airflow_delta.engine.commands.merge import arrow_table
 from airflow_delta.engine.errors import (
+    InvalidArgumentError,
     InvalidCommitError,
     InvalidPredicateError,
     SchemaMismatchError,
@@ -105,7 +106,7 @@ def write_table(
     Example: `write_table(uri, pa.table({"id": [1, 2]}), mode="overwrite").version`.
     """
     if mode not in _SAVE_MODES:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"WRITE to {table}: mode must be one of {sorted(_SAVE_MODES)}, not {mode!r}"
         )
     _check_overwrite_options(table, mode, replace_where, partition_overwrite_mode, schema_mode)
@@ -222,27 +223,27 @@ def _check_overwrite_options(
     schema_mode: str | None,
 ) -> None:
     if schema_mode not in (None, "merge", "overwrite"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"WRITE to {table}: schema_mode must be None, 'merge' or 'overwrite', not "
             f"{schema_mode!r}"
         )
     if schema_mode == "overwrite" and (mode != "overwrite" or replace_where is not None):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"WRITE to {table}: schema_mode='overwrite' needs mode='overwrite' of the whole "
             "table (no replace_where)"
         )
     if partition_overwrite_mode not in ("static", "dynamic"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"WRITE to {table}: partition_overwrite_mode must be 'static' or 'dynamic', not "
             f"{partition_overwrite_mode!r}"
         )
     dynamic = partition_overwrite_mode == "dynamic"
     if (replace_where is not None or dynamic) and mode != "overwrite":
-        raise ValueError(
+        raise InvalidArgumentError(
             f"WRITE to {table}: replace_where and dynamic partition overwrite need mode='overwrite'"
         )
     if replace_where is not None and dynamic:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"WRITE to {table}: replace_where and dynamic partition overwrite exclude each other"
         )
 
