@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_delta.engine.commands.merge_values import joinable
 from airflow_delta.engine.errors import (
     InvalidArgumentError,
     InvalidPredicateError,
@@ -563,7 +564,7 @@ class MergeBuilder:
                 )
             name = self._source_column(source, columns[1])
             t_type, s_type = table.field(target).type, source.schema.field(name).type
-            if not _joinable(t_type, s_type):
+            if not joinable(t_type, s_type):
                 raise UnsupportedMergeError(
                     f"MERGE into {self.target_uri}: the in-process MERGE does not join "
                     f"{t_type} with {s_type} ({conjunct!r})"
@@ -659,21 +660,6 @@ def arrow_table(source: Any) -> pa.Table | None:
     if hasattr(source, "__arrow_c_stream__") and not hasattr(source, "sparkSession"):
         return pa.table(source)
     return None
-
-
-def _joinable(target: pa.DataType, source: pa.DataType) -> bool:
-    """Whether keys of these types join exactly as Spark compares them (no floats)."""
-    if pa.types.is_integer(target) and pa.types.is_integer(source):
-        return True
-    comparable = (
-        pa.types.is_string(target)
-        or pa.types.is_binary(target)
-        or pa.types.is_boolean(target)
-        or pa.types.is_date(target)
-        or pa.types.is_timestamp(target)
-        or pa.types.is_decimal(target)
-    )
-    return bool(comparable and target == source)
 
 
 def _assignments(mapping: Mapping[str, str], table: str) -> dict[str, str]:

@@ -1,6 +1,7 @@
-"""How the in-process MERGE turns its assignments into columns of the table's types: source
-columns cast within their type family (`castable`, `cast_to_field`), and SQL literals
-(`sql_literal`)."""
+"""How a MERGE compares and converts values across the source's and the table's types: join
+keys compared exactly as Spark compares them (`joinable`), and the in-process MERGE's
+assignments turned into columns of the table's types: source columns cast within their type
+family (`castable`, `cast_to_field`), and SQL literals (`sql_literal`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,21 @@ from airflow_delta.engine.commands.data_reader import cast_values, same_family
 from airflow_delta.engine.errors import InvalidArgumentError, UnsupportedMergeError
 
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+
+
+def joinable(target: pa.DataType, source: pa.DataType) -> bool:
+    """Whether keys of these types join exactly as Spark compares them (no floats)."""
+    if pa.types.is_integer(target) and pa.types.is_integer(source):
+        return True
+    comparable = (
+        pa.types.is_string(target)
+        or pa.types.is_binary(target)
+        or pa.types.is_boolean(target)
+        or pa.types.is_date(target)
+        or pa.types.is_timestamp(target)
+        or pa.types.is_decimal(target)
+    )
+    return bool(comparable and target == source)
 
 
 def castable(source: pa.DataType, target: pa.DataType) -> bool:
