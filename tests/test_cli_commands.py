@@ -119,7 +119,7 @@ def test_update_errors(run: Run, table: str) -> None:
     assert_error(
         run("update", table, "--set", "k=shiftleft(k, 1)", "--all-rows"), "UnsupportedCommandError"
     )  # a function the engine does not evaluate
-    assert_error(run("update", table, "--set", "k='x'", "--all-rows"), "ValueError")
+    assert_error(run("update", table, "--set", "k='x'", "--all-rows"), "InvalidArgumentError")
     assert DeltaLog.for_table(table).latest_version() == 2
 
 
@@ -171,9 +171,9 @@ def test_restore_errors(run: Run, table: str) -> None:
     assert run("restore", table)[0] == 2
     assert run("restore", table, "--version", "1", "--timestamp", "2026-01-01")[0] == 2
     assert run("restore", table, "--version", "-1")[0] == 2
-    err = assert_error(run("restore", table, "--version", "2"), "ValueError")
+    err = assert_error(run("restore", table, "--version", "2"), "InvalidArgumentError")
     assert "not an earlier version" in err
-    assert_error(run("restore", table, "--version", "99"), "ValueError")
+    assert_error(run("restore", table, "--version", "99"), "InvalidArgumentError")
     Path(table, DeltaLog.for_table(table).snapshot_at(0).all_files()[0].path).unlink()
     ok_json(run, "delete", table, "--all-rows")  # version 3
     assert_error(run("restore", table, "--version", "0"), "RestoreMissingFilesError")
@@ -196,7 +196,7 @@ def test_commands_in_a_process(table: str) -> None:
     bad = subprocess.run(
         [*cmd, "restore", table, "--version", "7"], env=env, capture_output=True, text=True
     )
-    assert_error((bad.returncode, bad.stdout, bad.stderr), "ValueError")
+    assert_error((bad.returncode, bad.stdout, bad.stderr), "InvalidArgumentError")
 
 
 # -- write ---------------------------------------------------------------------------------------

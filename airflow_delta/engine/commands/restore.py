@@ -112,10 +112,15 @@ def restore(
         asked = f"version {version}"
         if timestamp is not None:  # the table as of the timestamp is its latest version
             asked = f"the table's version at {timestamp} ({version})"
+        fix = (
+            f"restore a version from 0 to {txn.read_version - 1}, or a timestamp before the "
+            "latest commit."
+            if txn.read_version > 0
+            else "the table has only version 0, so there is nothing earlier to restore."
+        )
         raise InvalidArgumentError(
             f"RESTORE of {uri}: {asked} is not an earlier version of the table "
-            f"(latest: {txn.read_version}); restore a version from 0 to {txn.read_version - 1}, "
-            "or a timestamp before the latest commit."
+            f"(latest: {txn.read_version}); {fix}"
         )
     target = _snapshot_at(txn, version)
     current = txn.filter_files_arrow()  # reads (and records) the whole table

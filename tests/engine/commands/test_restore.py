@@ -13,12 +13,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_delta.engine import DeltaLog, Operation, Protocol, delete, optimize, restore, update
+from airflow_delta.engine import (
+    DeltaLog,
+    Operation,
+    Protocol,
+    delete,
+    optimize,
+    restore,
+    update,
+    write_table,
+)
 from airflow_delta.engine.errors import (
     ConcurrentAppendException,
+    InvalidArgumentError,
     RestoreMissingFilesError,
     TableNotFoundError,
 )
@@ -156,6 +167,12 @@ def test_refusals(tmp_path: Path) -> None:
         restore(uri, 0, "2024-01-01")
     with pytest.raises(TableNotFoundError):
         restore(str(tmp_path / "none"), 0)
+    # a table with one version has nothing earlier: the message says so, not "0 to -1"
+    single = str(tmp_path / "single")
+    write_table(single, pa.table({"id": [1]}))
+    with pytest.raises(InvalidArgumentError, match="only version 0, so there is nothing") as e:
+        restore(single, 0)
+    assert "-1" not in str(e.value)
 
 
 def test_a_concurrent_blind_append_fails_a_restore(tmp_path: Path) -> None:
