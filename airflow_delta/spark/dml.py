@@ -86,7 +86,7 @@ from airflow_delta.spark.deletion_vectors import (
     index_lists,
 )
 from airflow_delta.spark.read import scan_files
-from airflow_delta.spark.write import write_change_files, write_files
+from airflow_delta.spark.write import table_name, write_change_files, write_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -388,10 +388,8 @@ def update(
     "day = '2024-06-30'")`.
     """
     if not set or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items()):
-        name = table.table if isinstance(table, OptimisticTransaction) else table
-        name = name.table_uri if isinstance(name, DeltaLog) else name
         raise InvalidArgumentError(
-            f"UPDATE of {name}: the assignments (set) must map column names to SQL "
+            f"UPDATE of {table_name(table)}: the assignments (set) must map column names to SQL "
             f"expressions, got {set!r}"
         )
     scan = _start("UPDATE", spark, table, predicate, storage_options, commit_properties)

@@ -490,7 +490,7 @@ def write_delta(
     Returns the commit's `CommitResult` (version None when skipped).
     """
     save_mode = _save_mode(
-        _table_name(table), mode, replace_where, partition_overwrite_mode, overwrite_schema
+        table_name(table), mode, replace_where, partition_overwrite_mode, overwrite_schema
     )
     options = WriteOptions(
         mode, save_mode, partition_by, replace_where, partition_overwrite_mode, merge_schema,
@@ -589,7 +589,7 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
     return txn.commit(actions, Operation("WRITE", parameters, metrics))
 
 
-def _table_name(table: str | DeltaLog | OptimisticTransaction) -> str:
+def table_name(table: str | DeltaLog | OptimisticTransaction) -> str:
     """The URI of the table `table` is or opens."""
     if isinstance(table, OptimisticTransaction):
         return table.table
