@@ -498,11 +498,15 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
 
     def _unmatched(self, source: DataFrame, target: DataFrame, found: Found) -> DataFrame:
         """The source rows that match no candidate row (`target`): those whose join keys are
-        not among the search's matches when it kept them (broadcast), else by the condition."""
+        not among the search's matches when it kept them (broadcast: distinct first when the
+        matches outnumber the source's rows, else as they are), else by the condition."""
         if found.matches is None:
             return self._join(source, target, "left_anti")
         keys = [f"{_KEY}{i}" for i in range(len(found.keys))]
-        matched = found.matches.select(*keys).distinct().alias(_KEY)
+        matched = found.matches.select(*keys)
+        if found.pairs > self._facts.rows():  # no larger than the source once distinct
+            matched = matched.distinct()
+        matched = matched.alias(_KEY)
         alias = quote_identifier(self.source_alias)
         on = [
             F.col(f"{alias}.{quote_identifier(name)}") == F.col(f"{_KEY}.{key}")

@@ -38,7 +38,8 @@ class Found:
       many such rows a clause modifies;
     - `untouched_matches`: an untouched file holds a matched row;
     - `matches`: when the search kept them, its cached matches, with the values of the
-      source's join columns `keys` (`release()` drops them).
+      source's join columns `keys` (`release()` drops them); `pairs`: how many (target row,
+      source row) matches the touched and matched files hold.
     """
 
     paths: list[str] = field(default_factory=list)
@@ -49,6 +50,7 @@ class Found:
     conflicts: int = 0
     matches: DataFrame | None = None
     keys: list[str] = field(default_factory=list)
+    pairs: int = 0
 
     def release(self) -> None:
         """Drop the cached matches (if any)."""
@@ -97,6 +99,7 @@ def count_matches(
         any(r["modified"] == 0 and r["matched"] > 0 for r in per_file),
         {log_path(r[FILE]): (int(r["modified"]), i) for r, i in modified},
         conflicts,
+        pairs=sum(int(r["pairs"] or 0) for r in per_file),
     )
 
 
@@ -113,6 +116,7 @@ def _per_file(
         F.count(F.when(F.col("matches") > 0, 1)).alias("matched"),
         F.count(F.when(several & modified, 1)).alias("conflicts"),
         F.count(F.when(several & ~modified, 1)).alias("copies"),
+        F.sum("matches").alias("pairs"),
         *(F.count(F.when(F.col(CLAUSE) == i, 1)).alias(f"c{i}") for i in range(clauses)),
     ]
     if indexes:

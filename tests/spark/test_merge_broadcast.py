@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
@@ -54,9 +55,11 @@ class RecordedMerge(DeltaMergeBuilder):
     """A MERGE that records whether its inserts came from the search's kept matches."""
 
     kept_matches: bool | None = None
+    pairs: int | None = None
 
     def _unmatched(self, source: DataFrame, target: DataFrame, found: Found) -> DataFrame:
         self.kept_matches = found.matches is not None
+        self.pairs = found.pairs
         return super()._unmatched(source, target, found)
 
 
@@ -66,9 +69,9 @@ def _persisted(spark: SparkSession) -> int:
 
 def _run(
     spark: SparkSession, uri: str, source: DataFrame, condition: str, clauses: dict[str, Any]
-) -> tuple[Any, bool | None]:
-    """The MERGE's outcome (sorted rows and row metrics, or the error's type) and whether the
-    search kept its matches."""
+) -> tuple[Any, RecordedMerge]:
+    """The MERGE's outcome (sorted rows and row metrics, or the error's type) and the MERGE
+    (whether the search kept its matches, and how many)."""
     builder = RecordedMerge(uri, source, condition)
     matched = clauses["matched"]
     builder.when_matched_update({"v": "s.v"}, None if matched == "update" else "s.v < 'p'")
@@ -87,7 +90,7 @@ def _run(
         )
         outcome = (rows, {k: v for k, v in metrics.items() if k.startswith("numTargetRows")})
     assert _persisted(spark) == persisted  # the cached matches are dropped
-    return outcome, builder.kept_matches
+    return outcome, builder
 
 
 @settings(
@@ -134,10 +137,11 @@ def test_both_plans_agree(
                 spark.conf.set(BROADCASTS, threshold)
             try:
                 clauses = {"matched": matched, "insert": insert}
-                outcomes[plan], kept = _run(spark, uri, frame, condition, clauses)
+                outcomes[plan], builder = _run(spark, uri, frame, condition, clauses)
             finally:
                 spark.conf.unset(BROADCASTS)
             if not isinstance(outcomes[plan], str):  # it ran to the write
+                kept = builder.kept_matches
                 assert (kept is True) == (plan == "broadcast"), (plan, kept)
     assert outcomes["broadcast"] == outcomes["full outer join"]
 
@@ -157,3 +161,26 @@ def test_other_conditions_join_in_full(spark: SparkSession, tmp_path: Path) -> N
         (2, "b", "p"),
         (3, "b", "x"),
     ]
+
+
+@pytest.mark.parametrize("copies", [1, 4], ids=["fewer-matches", "more-matches-than-source-rows"])
+def test_kept_matches_find_the_inserts_however_many(
+    spark: SparkSession, tmp_path: Path, copies: int
+) -> None:
+    """The inserts are the source rows whose keys are not among the kept matches, whether the
+    matches are no more than the source's rows (taken as they are) or outnumber them (one
+    source key matching several target rows: made distinct first)."""
+    uri = str(tmp_path / "t")
+    DeltaLog.create_table(uri, SCHEMA)
+    target = [(1, "a", f"c{i}") for i in range(copies)] + [(2, "b", "p")]
+    write_delta(spark.createDataFrame(target, TARGET_DDL).repartition(2), uri)
+    source = spark.createDataFrame(
+        pa.table({"k1": pa.array([1, 3], pa.int32()), "k2": ["a", "b"], "v": ["x", "y"]})
+    )
+    clauses = {"matched": "update", "insert": None}
+    outcome, builder = _run(spark, uri, source, "t.k1 = s.k1", clauses)
+    assert builder.kept_matches is True and builder.pairs == copies
+    rows, metrics = outcome
+    assert rows == sorted([*[(1, "a", "x")] * copies, (2, "b", "p"), (3, "b", "y")])
+    assert metrics["numTargetRowsUpdated"] == copies
+    assert metrics["numTargetRowsInserted"] == 1
