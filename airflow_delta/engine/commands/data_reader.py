@@ -435,7 +435,7 @@ class FileReader:
         tables, self.lengths = self._scan(
             paths, values, dvs, columns, columnar.int_values(sizes), 1 if small else None
         )
-        return pa.concat_tables(tables)
+        return columnar.concat_tables(tables)
 
     def _scan(
         self,
@@ -473,7 +473,7 @@ class FileReader:
                 if not read[end][0].equals(schema, check_metadata=True):
                     break
                 end += 1
-            run = pa.concat_tables([t for _, t in read[start:end]])
+            run = columnar.concat_tables([t for _, t in read[start:end]])
             table = self._columns(
                 run, self._found(schema, columns), values[start], columns, paths[start]
             )
@@ -588,6 +588,8 @@ class FileReader:
                         "read the table on Spark 4.1 or later (airflow_delta.spark.read_delta)"
                     )
                 arrays.append(_as_type(column, field, path))
+        if not arrays:  # no column: the rows alone (a table of none would count none)
+            return read.select([])
         return pa.Table.from_arrays(
             arrays, schema=pa.schema([self.table.field(c) for c in columns])
         )

@@ -54,6 +54,7 @@ from airflow_delta.engine.log import history
 from airflow_delta.engine.log.history import Timestamp
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.log.table_location import TableLocation
+from airflow_delta.engine.protocol.columnar import concat_tables
 from airflow_delta.engine.protocol.schema import parse_partition_value
 
 if TYPE_CHECKING:
@@ -233,7 +234,7 @@ class TableScan:
             tables = list(pool.map(one, range(len(paths))))
         if not tables:
             return self.schema.empty_table()
-        return pa.concat_tables(tables)
+        return concat_tables(tables)
 
     def lazy_dataset(self) -> ds.FileSystemDataset:
         """The files left as a pyarrow dataset, read when scanned (no deletion vectors applied,

@@ -120,6 +120,15 @@ def contiguous(col: pa.ChunkedArray) -> pa.Array:
     return col.combine_chunks()
 
 
+def concat_tables(tables: Sequence[pa.Table]) -> pa.Table:
+    """`tables` (one schema) end to end, their rows kept even when they have no columns (which
+    `pa.concat_tables` counts as none: a read of partition columns alone)."""
+    if tables and not tables[0].num_columns:
+        batches = [b for t in tables for b in t.to_batches()]
+        return pa.Table.from_batches(batches, tables[0].schema)
+    return pa.concat_tables(tables)
+
+
 def concat(arrays: Sequence[pa.Array], type_: pa.DataType) -> pa.Array:
     """The arrays of `type_` end to end; copies only when more than one is non-empty."""
     parts = [a for a in arrays if len(a)]

@@ -159,3 +159,44 @@ def test_assignment_keys_name_target_columns(table: str) -> None:
         {"t.`REGION`": "upper(s.region)"}
     ).execute()
     assert [r[2] for r in rows_of(table) if r[0] == 1] == ["NORTH"]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        pa.array(["a", "b", "b", None], pa.string()),
+        pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 2), None]),
+        pa.array([1, 2, 2, None], pa.int32()),
+    ],
+    ids=["string", "date", "int"],
+)
+@pytest.mark.parametrize("clauses", ["update, insert", "delete", "insert"])
+def test_a_condition_on_partition_columns_alone(tmp_path: Path, keys: pa.Array, clauses: str):
+    """The search then reads no data column of the target (only its partition values): every
+    row still counts, and the MERGE does what deltalake's does."""
+    target = pa.table({"k": keys, "v": pa.array([1, 2, 3, 4], pa.int64())})
+    source = pa.table({"k": pa.array([keys[1].as_py(), keys[0].as_py()], keys.type)})
+    source = source.append_column("v", pa.array([20, 10], pa.int64()))
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    for uri in (ours, theirs):
+        write_deltalake(uri, target, partition_by=["k"])
+    builder = merge_arrow(ours, source, "t.k = s.k")
+    merger = DeltaTable(theirs).merge(source, "t.k = s.k", source_alias="s", target_alias="t")
+    if "update" in clauses:
+        builder, merger = builder.when_matched_update_all(), merger.when_matched_update_all()
+    if "delete" in clauses:
+        builder, merger = builder.when_matched_delete(), merger.when_matched_delete()
+    if "insert" in clauses:
+        builder = builder.when_not_matched_insert_all()
+        merger = merger.when_not_matched_insert_all()
+    metrics = builder.execute().metrics
+    merger.execute()
+
+    def rows(uri: str) -> list[tuple]:
+        table = DeltaTable(uri).to_pyarrow_dataset().to_table(columns=["k", "v"])
+        return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+    assert rows(ours) == rows(theirs)
+    touched = {"update, insert": 3, "delete": 3, "insert": 0}[clauses]
+    changed = metrics["numTargetRowsUpdated"] + metrics["numTargetRowsDeleted"]
+    assert changed == touched

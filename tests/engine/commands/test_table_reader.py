@@ -106,6 +106,28 @@ def test_reads_every_row_with_the_schema_types(orders: str) -> None:
     assert _sorted(table) == _sorted(ORDERS)
 
 
+@pytest.mark.parametrize("where", [None, "amount > 5", "region = 'eu'"])
+@pytest.mark.parametrize("columns", [[], ["region"], ["day", "region"]])
+def test_reading_no_data_column_keeps_every_row(
+    orders: str, columns: list[str], where: str | None
+) -> None:
+    """Partition columns alone, or no column at all, are read without any data column: the
+    rows are still all there (a table of no column counts its rows too), as deltalake's
+    dataset counts them."""
+    table = read_table(orders, columns, where)
+    dataset = DeltaTable(orders).to_pyarrow_dataset()
+    theirs = dataset.to_table(columns=columns, filter=None if where is None else pc_filter(where))
+    assert (table.num_rows, table.column_names) == (theirs.num_rows, columns)
+    assert _sorted(table) == _sorted(theirs)
+
+
+def pc_filter(where: str) -> ds.Expression:
+    """The pyarrow expression of the few filters the test above uses."""
+    column, op, value = where.split(" ", 2)
+    literal = float(value) if op == ">" else value.strip("'")
+    return ds.field(column) > literal if op == ">" else ds.field(column) == literal
+
+
 def test_columns_are_read_in_the_order_asked_case_insensitively(orders: str) -> None:
     table = read_table(orders, ["DAY", "id"], "id < 2")
 
