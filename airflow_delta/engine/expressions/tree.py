@@ -147,13 +147,18 @@ class In:
     type: ClassVar[pa.DataType] = pa.bool_()
 
     def evaluate(self, columns: Columns) -> Result:
+        """As `compare`'s `=` with each item: for floating point, -0.0 is 0.0 (the set lookup
+        compares bits, so both sides are normalised first) and NaN is NaN."""
         operand = self.operand.evaluate(columns)
         result: Result = _UNKNOWN if self.has_null else _FALSE
         if self.value_set is not None:
-            found = pc.is_in(operand, value_set=self.value_set)
+            values = self.value_set
+            if pa.types.is_floating(operand.type) or pa.types.is_floating(values.type):
+                operand, values = pc.add(operand, 0.0), pc.add(values, 0.0)  # -0.0 + 0.0 = 0.0
+            found = pc.is_in(operand, value_set=values)
             result = pc.or_kleene(found, result) if self.has_null else found
         for other in self.others:
-            result = pc.or_kleene(result, pc.equal(operand, other.evaluate(columns)))
+            result = pc.or_kleene(result, compare("=", operand, other.evaluate(columns)))
         if isinstance(result, pa.Scalar) or isinstance(operand, pa.Scalar) or operand.null_count:
             return pc.if_else(pc.is_null(operand), _UNKNOWN, result)
         return result  # no NULL operand: nothing is unknown but what the list makes so

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
@@ -399,3 +402,19 @@ def test_in_over_rows_is_unknown_only_where_sql_says(
     for values, want in (([1, 2, 3], without_nulls), ([1, None, 3], with_a_null)):
         column = pa.chunked_array([pa.array(values[:1], pa.int64()), pa.array(values[1:])])
         assert predicate.evaluate_rows({"n": column}, 3).tolist() == want
+
+
+_FLOATS = st.sampled_from([0.0, -0.0, 1.5, -1.5, math.inf, -math.inf, math.nan, None])
+_ITEMS = st.sampled_from(["0.0", "-0.0", "1.5", "CAST('NaN' AS DOUBLE)", "'NaN'", "NULL", "f"])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(values=st.lists(_FLOATS, min_size=1, max_size=8), items=st.lists(_ITEMS, min_size=1))
+def test_in_over_floats_is_the_or_of_its_equalities(values: list[Any], items: list[str]) -> None:
+    """`f IN (a, b)` answers as `f = a OR f = b` row by row (Spark: -0.0 equals 0.0, NaN equals
+    NaN), whether the items are literals the list looks up or expressions."""
+    column = {"f": pa.array(values, pa.float64())}
+    listed = PartitionPredicate.parse(f"f IN ({', '.join(items)})", {"f": "double"})
+    ored = PartitionPredicate.parse(" OR ".join(f"f = {i}" for i in items), {"f": "double"})
+    got = listed.evaluate_rows(column, len(values)).tolist()
+    assert got == ored.evaluate_rows(column, len(values)).tolist()
