@@ -150,3 +150,66 @@ def test_the_engine_deltalake_and_duckdb_read_the_same_golden_rows(name: str) ->
     kept = [n for n in names if n not in THREE_READERS[name]]
     schema = pa.schema([ours.schema.field(n) for n in kept])
     assert _rows(duck, kept, schema) == _rows(ours, kept, schema)
+
+
+def test_stats_converted_from_stats_parsed_are_delta_json(tmp_path: Path) -> None:
+    """A checkpoint written with `delta.checkpoint.writeStatsAsJson=false` carries its files'
+    stats in `stats_parsed` only; this engine turns them into the stats JSON its next
+    checkpoint writes. That JSON must be Delta's (ISO timestamps in UTC with `Z`, decimals as
+    numbers, no NaN token, unknown values left out), or DuckDB can no longer filter the table.
+    A NaN bound (as Spark records one) is left out, which skips nothing."""
+    import datetime as dt
+    import decimal
+    import json
+    import re
+
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+
+    from airflow_delta.engine import read_table, write_table
+
+    uri = str(tmp_path / "t")
+    utc = dt.UTC
+
+    def rows(ids: list[int], f: list[float]) -> pa.Table:
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "f": pa.array(f, pa.float64()),
+                "ts": pa.array([dt.datetime(2024, 1, i, 12, 0, 0, 1500, tzinfo=utc) for i in ids]),
+                "ntz": pa.array([dt.datetime(2024, 1, i, 8) for i in ids], pa.timestamp("us")),
+                "d": pa.array([decimal.Decimal(f"{i}.25") for i in ids], pa.decimal128(9, 2)),
+                "s": pa.array([{"x": f"n{i}"} for i in ids]),
+            }
+        )
+
+    config = {
+        "delta.checkpoint.writeStatsAsStruct": "true",
+        "delta.checkpoint.writeStatsAsJson": "false",
+    }
+    write_deltalake(uri, rows([1, 2], [float("nan"), 1.0]), configuration=config)
+    write_deltalake(uri, rows([3], [5.0]), mode="append")
+    DeltaTable(uri).create_checkpoint()
+    [checkpoint] = (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet")
+    table = pq.read_table(checkpoint)
+    actions = table.to_pylist()
+    for action in actions:  # as Spark records it: the max of [NaN, 1.0] is NaN
+        if action["add"] and action["add"]["stats_parsed"]["numRecords"] == 2:
+            action["add"]["stats_parsed"]["maxValues"]["f"] = float("nan")
+    pq.write_table(pa.Table.from_pylist(actions, schema=table.schema), checkpoint)
+
+    write_table(uri, rows([4], [2.0]))
+    DeltaLog.for_table(uri).checkpoint()  # its stats: converted from stats_parsed, and ours
+    strict = {"parse_constant": lambda token: pytest.fail(f"{token} in the stats JSON")}
+    for stats in DeltaLog.for_table(uri).update().files().field("stats").to_pylist():
+        parsed = json.loads(stats, **strict)
+        low, high = parsed["minValues"], parsed["maxValues"]
+        assert re.fullmatch(r"2024-01-0\dT12:00:00\.00[12]Z", high["ts"]), high  # max rounds up
+        assert re.fullmatch(r"2024-01-0\dT08:00:00\.000", low["ntz"]), low
+        assert isinstance(low["d"], float) and low["s"] == {"x": f"n{low['id']}"}
+        assert "f" not in high or high["f"] == high["f"]  # NaN left out
+    expected = [1, 2, 3, 4]  # NaN > 0.5 in Spark's order
+    con = _connect()
+    query = f"SELECT id FROM delta_scan('{uri}') WHERE f > 0.5 OR ts < TIMESTAMPTZ '2000-01-01'"
+    assert sorted(r[0] for r in con.execute(query).fetchall()) == expected
+    assert sorted(read_table(uri, ["id"], "f > 0.5").column("id").to_pylist()) == expected

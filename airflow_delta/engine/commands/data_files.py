@@ -20,11 +20,8 @@ up. A float column holding NaN gets no min/max, and an infinite bound is left ou
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import decimal
 import itertools
 import json
-import math
 import os
 import time
 import uuid
@@ -46,6 +43,7 @@ from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata
 from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.log_json import stats_json, stats_value
 from airflow_delta.engine.protocol.schema import (
     COLUMN_MAPPING_ID,
     COLUMN_MAPPING_PHYSICAL_NAME,
@@ -63,8 +61,6 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024**2
 ROW_GROUP_BYTES = 64 * 1024**2
 #: Rows of a new data file sampled to decide which columns get dictionary encoding.
 DICTIONARY_SAMPLE_ROWS = 10_000
-#: Characters of a string kept in minValues/maxValues (Delta's stats string prefix length).
-STRING_PREFIX_LENGTH = 32
 #: The directory of change data files, and the column naming each row's change.
 CHANGE_DATA_DIR = "_change_data"
 CHANGE_TYPE_COLUMN = "_change_type"
@@ -141,53 +137,6 @@ def stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, .
     return leaves if num_indexed < 0 else leaves[:num_indexed]
 
 
-def _string_upper_bound(prefix: str) -> str | None:
-    """The shortest string above every string that starts with `prefix` (None if none is)."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars.pop()) + 1
-        if code == 0xD800:  # skip the surrogates, which UTF-8 text cannot hold
-            code = 0xE000
-        if code <= 0x10FFFF:
-            return "".join(chars) + chr(code)
-    return None
-
-
-def _stat_value(value: Any, upper: bool) -> Any:
-    """A min (or, `upper`, max) value as Delta writes it in the stats JSON; None to leave out."""
-    if isinstance(value, str):
-        if len(value) <= STRING_PREFIX_LENGTH:
-            return value
-        prefix = value[:STRING_PREFIX_LENGTH]
-        return _string_upper_bound(prefix) if upper else prefix
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dt.datetime):
-        extra = value.microsecond % 1000
-        if upper and extra:
-            try:
-                value += dt.timedelta(microseconds=1000 - extra)
-            except OverflowError:
-                return None
-        if value.tzinfo is not None:
-            text = value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="milliseconds")
-            return text + "Z"
-        return value.isoformat(timespec="milliseconds")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return value
-
-
-def _json(value: Any) -> str:
-    """JSON text of `value`; decimals become JSON numbers with all their digits."""
-    if isinstance(value, dict):
-        items = (f"{json.dumps(k, ensure_ascii=False)}:{_json(v)}" for k, v in value.items())
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    return json.dumps(value, allow_nan=False, ensure_ascii=False)
-
-
 class FileStats:
     """numRecords and per-leaf min, max and null count of one data file, chunk by chunk."""
 
@@ -224,10 +173,10 @@ class FileStats:
             _put(nulls, path, self.nulls.get(path, 0))
             if path in self.nan or path not in self.mins:
                 continue
-            _put(mins, path, _stat_value(self.mins[path], upper=False))
-            _put(maxs, path, _stat_value(self.maxs[path], upper=True))
+            _put(mins, path, stats_value(self.mins[path], upper=False))
+            _put(maxs, path, stats_value(self.maxs[path], upper=True))
         stats = {"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-        return _json(stats)
+        return stats_json(stats)
 
 
 def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

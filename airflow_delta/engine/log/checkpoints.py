@@ -53,7 +53,7 @@ from airflow_delta.engine.protocol.columnar import (
     contiguous,
     lazy_nulls,
 )
-from airflow_delta.engine.protocol.log_json import parse_json
+from airflow_delta.engine.protocol.log_json import parse_json, parsed_stats_json
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +127,7 @@ def _stats_from_parsed(adds: pa.StructArray) -> pa.StructArray:
     parsed = adds.field("stats_parsed")
     rows = parsed.to_pylist()
     stats = array_from_pylist(
-        [None if r is None else json.dumps(r, default=str, separators=(",", ":")) for r in rows],
-        pa.string(),
+        [None if r is None else parsed_stats_json(r) for r in rows], pa.string()
     )
     names = [f.name for f in adds.type if f.name != "stats_parsed"]
     children = [adds.field(n) for n in names]
