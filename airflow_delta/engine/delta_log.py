@@ -18,6 +18,7 @@ from airflow_delta.engine.commands import maintenance
 from airflow_delta.engine.commands.maintenance import ManifestUpdate, VacuumResult
 from airflow_delta.engine.errors import (
     DeltaConcurrentModificationException,
+    SchemaMismatchError,
     TableAlreadyExistsError,
 )
 from airflow_delta.engine.log import history, log_segment
@@ -27,7 +28,7 @@ from airflow_delta.engine.log.log_store import LogStore
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol.actions import CommitInfo, Metadata, Operation
-from airflow_delta.engine.protocol.schema import schema_to_json
+from airflow_delta.engine.protocol.schema import table_schema_json
 from airflow_delta.engine.txn.commit_types import CommitProperties
 from airflow_delta.engine.txn.transaction import OptimisticTransaction, start_transaction
 
@@ -181,8 +182,12 @@ class DeltaLog:
                 f"Cannot create table {uri}: a Delta table exists there (version "
                 f"{txn.read_version})."
             )
+        try:
+            schema_json = table_schema_json(schema)
+        except ValueError as exc:
+            raise SchemaMismatchError(f"Cannot create table {uri}: {exc}") from None
         metadata = Metadata.for_new_table(
-            json.loads(schema_to_json(schema)),
+            schema_json,
             partition_columns,
             configuration,
             name=name,

@@ -63,7 +63,7 @@ from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.identity import check_no_explicit_identity, generated_columns
-from airflow_delta.engine.protocol.schema import schema_to_json
+from airflow_delta.engine.protocol.schema import table_schema_json
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
@@ -197,8 +197,17 @@ def _create(
 ) -> None:
     """Set the metadata of the table `txn` creates: `schema`, partitioned by `partition_by`."""
     columns = _partition_columns(txn, schema, partition_by)
-    schema_json = json.loads(schema_to_json(schema))
+    schema_json = _schema_json(txn, schema)
     txn.update_metadata_for_new_table(Metadata.for_new_table(schema_json, columns, configuration))
+
+
+def _schema_json(txn: OptimisticTransaction, schema: pa.Schema) -> dict[str, Any]:
+    """`table_schema_json` of the data's `schema`; SchemaMismatchError naming the table when
+    Delta cannot hold it."""
+    try:
+        return table_schema_json(schema)
+    except ValueError as exc:
+        raise SchemaMismatchError(f"WRITE to {txn.table}: {exc}") from None
 
 
 def _partition_columns(
@@ -255,7 +264,7 @@ def _merge_schema(txn: OptimisticTransaction, given: pa.Schema) -> None:
     if not added:
         return
     schema = json.loads(txn.metadata.schema_string or "{}")
-    new = json.loads(schema_to_json(pa.schema(added)))["fields"]
+    new = _schema_json(txn, pa.schema(added))["fields"]
     txn.update_metadata(txn.metadata.with_schema({**schema, "fields": [*schema["fields"], *new]}))
 
 
@@ -265,7 +274,7 @@ def _replace_schema(txn: OptimisticTransaction, given: pa.Schema, partition_by: 
     _check_existing(txn, "overwrite", None)
     columns = _partition_columns(txn, given, partition_by)
     replaced = dataclasses.replace(txn.metadata, partition_columns=columns)
-    txn.update_metadata(replaced.with_schema(json.loads(schema_to_json(given))))
+    txn.update_metadata(replaced.with_schema(_schema_json(txn, given)))
 
 
 def _check_existing(
@@ -318,8 +327,9 @@ def _conformed(rows: pa.Table, schema: pa.Schema, txn: OptimisticTransaction) ->
             column = column.cast(field.type, safe=not pa.types.is_timestamp(field.type))
         columns.append(column)
     if problems:
+        version = f" (version {txn.read_version})" if txn.read_version >= 0 else ""
         raise SchemaMismatchError(
-            f"WRITE to {txn.table} (version {txn.read_version}): the data does not fit the "
+            f"WRITE to {txn.table}{version}: the data does not fit the "
             "table's schema:\n - " + "\n - ".join(problems) + f"\nTable schema: {schema}"
         )
     return pa.Table.from_arrays(columns, schema=pa.schema([f.with_metadata(None) for f in schema]))
@@ -333,6 +343,8 @@ def _widens(given: pa.DataType, target: pa.DataType) -> bool:
     for kind in (pa.types.is_signed_integer, pa.types.is_floating):
         if kind(given) and kind(target):
             return bool(given.bit_width <= target.bit_width)
+    if pa.types.is_unsigned_integer(given) and pa.types.is_signed_integer(target):
+        return bool(given.bit_width < target.bit_width)  # uint8 as short, as a new table types it
     if pa.types.is_timestamp(given) and pa.types.is_timestamp(target):
         return (given.tz is None) == (target.tz is None)
     return False

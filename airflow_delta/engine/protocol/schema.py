@@ -225,6 +225,30 @@ def schema_to_json(schema: pa.Schema) -> str:
     return _compact(_struct_json(schema))
 
 
+def table_schema_json(schema: pa.Schema) -> dict[str, Any]:
+    """The Delta schema (a JSON object) of `schema` as a table's new schema.
+
+    Raises ValueError for a schema with no column or with a column of pyarrow type null (what
+    an all-None column of pandas or `from_pylist` gets: as Delta's `void` no other engine
+    reads it), besides `schema_to_json`'s.
+    """
+    if not len(schema):
+        raise ValueError("the data has no column; a Delta table needs at least one")
+
+    def void(t: pa.DataType) -> bool:
+        if pa.types.is_null(t):
+            return True
+        return any(void(t.field(i).type) for i in range(t.num_fields))
+
+    untyped = [f.name for f in schema if void(f.type)]
+    if untyped:
+        raise ValueError(
+            f"columns {untyped} have pyarrow type null (every value None), which other Delta "
+            "readers cannot read; cast them to the type they should hold (data.cast(schema))"
+        )
+    return dict(json.loads(schema_to_json(schema)))
+
+
 def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     """The Delta `metadata` object carried by a pyarrow field ({} when it has none)."""
     raw = (field.metadata or {}).get(DELTA_METADATA_KEY)

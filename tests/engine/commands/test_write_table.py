@@ -257,3 +257,54 @@ def test_schema_overwrite_replaces_schema_and_partitioning(tmp_path: Path) -> No
         {"key": "x", "n": 1},
         {"key": "y", "n": 2},
     ]
+
+
+UNHOLDABLE = {
+    "no column": pa.table({}),
+    "an all-None column": pa.Table.from_pylist([{"id": 1, "s": None}]),
+    "a list of None": pa.table({"id": [1], "l": pa.array([[None]], pa.list_(pa.null()))}),
+    "a struct with a None field": pa.table({"s": pa.array([{"x": None}])}),
+    "uint64": pa.table({"n": pa.array([1], pa.uint64())}),
+    "names equal but for case": pa.table({"a": [1], "A": [2]}),
+    "time of day": pa.table({"t": pa.array([dt.time(1, 2)])}),
+}
+
+
+@pytest.mark.parametrize("data", UNHOLDABLE.values(), ids=UNHOLDABLE.keys())
+def test_a_schema_delta_cannot_hold_is_refused_before_anything_is_written(
+    tmp_path: Path, data: pa.Table
+) -> None:
+    """A new table (or one more column) of a schema other Delta readers could not read is a
+    SchemaMismatchError naming the table, whether `write_table` or `create_table` makes it;
+    nothing is written."""
+    uri = str(tmp_path / "t")
+    with pytest.raises(SchemaMismatchError, match=f"{uri}: .*"):
+        write_table(uri, data)
+    with pytest.raises(SchemaMismatchError, match=f"Cannot create table {uri}: "):
+        DeltaLog.create_table(uri, data.schema)
+    assert not (tmp_path / "t" / "_delta_log").exists() or not any(
+        (tmp_path / "t" / "_delta_log").iterdir()
+    )
+    if data.num_columns and "id" in data.column_names:  # as a column added to a table
+        write_table(uri, pa.table({"id": pa.array([0], pa.int64())}))
+        with pytest.raises(SchemaMismatchError, match=f"WRITE to {uri}: "):
+            write_table(uri, data, schema_mode="merge")
+        assert DeltaLog.for_table(uri).update().version == 0
+
+
+@pytest.mark.parametrize(
+    ("unsigned", "signed"),
+    [(pa.uint8(), pa.int16()), (pa.uint16(), pa.int32()), (pa.uint32(), pa.int64())],
+)
+def test_unsigned_integers_are_stored_in_the_next_wider_signed_type(
+    tmp_path: Path, unsigned: pa.DataType, signed: pa.DataType
+) -> None:
+    """A new table types them one size up (their largest value fits), and later writes of the
+    same data go in: as deltalake reads them back."""
+    uri = str(tmp_path / "t")
+    top = 2**unsigned.bit_width - 1
+    write_table(uri, pa.table({"n": pa.array([0, top], unsigned)}))
+    write_table(uri, pa.table({"n": pa.array([top], unsigned)}))
+    table = DeltaTable(uri).to_pyarrow_dataset().to_table()
+    assert table.schema.field("n").type == signed
+    assert sorted(table.column("n").to_pylist()) == [0, top, top]
