@@ -42,11 +42,13 @@ from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata
+from airflow_delta.engine.protocol.column_mapping import (
+    COLUMN_MAPPING_ID,
+    COLUMN_MAPPING_PHYSICAL_NAME,
+)
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.log_json import stats_json, stats_value
 from airflow_delta.engine.protocol.schema import (
-    COLUMN_MAPPING_ID,
-    COLUMN_MAPPING_PHYSICAL_NAME,
     delta_field_metadata,
     is_variant,
     partition_path,

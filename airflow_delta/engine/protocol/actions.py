@@ -183,7 +183,7 @@ class Metadata(Action):
         """This metadata with `schema` (a schemaString object). Under column mapping, fields
         without an id and a physical name get new ones and `delta.columnMapping.maxColumnId`
         follows (existing fields keep theirs)."""
-        from airflow_delta.engine.protocol.schema import assign_column_mapping
+        from airflow_delta.engine.protocol.column_mapping import assign_column_mapping
 
         configuration = self.configuration
         if self.column_mapping_mode != "none":

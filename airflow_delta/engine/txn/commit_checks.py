@@ -17,14 +17,13 @@ from airflow_delta.engine.protocol.actions import (
     Metadata,
     RemoveFile,
 )
-from airflow_delta.engine.protocol.config import TableConfig
-from airflow_delta.engine.protocol.features import PROPERTY_FEATURES
-from airflow_delta.engine.protocol.schema import (
+from airflow_delta.engine.protocol.column_mapping import (
     COLUMN_MAPPING_PHYSICAL_NAME,
     column_mapping_problems,
-    delta_field_metadata,
-    is_variant,
 )
+from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.features import PROPERTY_FEATURES
+from airflow_delta.engine.protocol.schema import delta_field_metadata, is_variant
 
 #: The domain where a clustered table names its clustering columns (PROTOCOL.md).
 CLUSTERING_DOMAIN = "delta.clustering"
