@@ -8,6 +8,8 @@ them, so a user who searches for the message finds Delta's own documentation.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class DeltaError(Exception):
@@ -156,3 +158,15 @@ class RestoreMissingFilesError(DeltaError):
 class IdentityColumnError(DeltaError, ValueError):
     """A write gave values for a GENERATED ALWAYS identity column, or an update changed an
     identity column's values (nothing written)."""
+
+
+@contextmanager
+def naming_table(table: str, version: int) -> Iterator[None]:
+    """Give a CorruptLogError raised inside without the table's name (a protocol-level parser's,
+    such as a malformed partition value's) the table and version it was read from."""
+    try:
+        yield
+    except CorruptLogError as exc:
+        if table in str(exc):
+            raise
+        raise CorruptLogError(f"Table {table} version {version}: {exc}") from None

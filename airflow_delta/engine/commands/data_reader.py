@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorReader
-from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError
+from airflow_delta.engine.errors import CorruptLogError, DeltaProtocolError, naming_table
 from airflow_delta.engine.log.log_store import LogStore
 from airflow_delta.engine.log.snapshot import Snapshot
 from airflow_delta.engine.protocol import columnar
@@ -575,7 +575,8 @@ class FileReader:
             field = self.table.field(name)
             if name in layout.partition_keys:
                 raw = given.get(layout.partition_keys[name].lower())
-                value = parse_partition_value(raw, layout.delta_types[name])
+                with naming_table(self.table_uri, self.version):
+                    value = parse_partition_value(raw, layout.delta_types[name])
                 arrays.append(repeat_scalar(_scalar(value, field.type), read.num_rows))
             elif found[name] is None:
                 arrays.append(pa.nulls(read.num_rows, field.type))

@@ -232,9 +232,7 @@ def _candidates(txn: OptimisticTransaction, predicate: PartitionPredicate) -> pa
     """The active files that may hold rows satisfying `predicate` (parsed by
     `txn.parse_file_predicate`), recorded as read as `txn.filter_files_arrow` records them:
     the parsed predicate serves the rows too (a 2,000-value IN list is not parsed twice)."""
-    files = txn.snapshot.files()
-    if not predicate.matches_all():
-        files = files.filter(predicate.evaluate(files))
+    files = txn.matching_files(predicate)
     txn.read_predicates.append(predicate)
     txn.track_files_read(files)
     return files

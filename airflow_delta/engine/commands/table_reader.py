@@ -47,7 +47,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from airflow_delta.engine.commands.data_reader import FileReader, spelt_as
-from airflow_delta.engine.errors import InvalidArgumentError
+from airflow_delta.engine.errors import InvalidArgumentError, naming_table
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.expressions.skipping import parse_file_predicates
 from airflow_delta.engine.log import history
@@ -196,7 +196,8 @@ class TableScan:
         predicate = _predicate(snapshot, reader, filter)
         files = snapshot.files(stats=not predicate.matches_all())
         if not predicate.matches_all():
-            files = files.filter(predicate.evaluate(files))
+            with naming_table(snapshot.location.uri, snapshot.version):
+                files = files.filter(predicate.evaluate(files))
         names = schema.names if columns is None else _resolve(snapshot, schema, columns)
         return cls(snapshot, names, predicate, files, reader)
 

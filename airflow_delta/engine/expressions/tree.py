@@ -33,6 +33,7 @@ Result: TypeAlias = pa.Array | pa.Scalar
 
 _FALSE = columnar.scalar(False, pa.bool_())
 _UNKNOWN = columnar.scalar(None, pa.bool_())
+_ZERO = columnar.scalar(0, pa.int8())  # a scalar: a Python number argument loads pandas
 _COMPARISONS: dict[str, Callable[..., Result]] = {
     "=": pc.equal,
     "!=": pc.not_equal,
@@ -154,7 +155,7 @@ class In:
         if self.value_set is not None:
             values = self.value_set
             if pa.types.is_floating(operand.type) or pa.types.is_floating(values.type):
-                operand, values = pc.add(operand, 0.0), pc.add(values, 0.0)  # -0.0 + 0.0 = 0.0
+                operand, values = pc.add(operand, _ZERO), pc.add(values, _ZERO)  # -0.0+0.0=0.0
             found = pc.is_in(operand, value_set=values)
             result = pc.or_kleene(found, result) if self.has_null else found
         for other in self.others:

@@ -341,7 +341,7 @@ _PATTERNS = {
     "decimal": _NUMBER,
     "boolean": r"(?i:true|false)",
     "date": _DATE,
-    "timestamp": _TIMESTAMP + "Z?",
+    "timestamp": _TIMESTAMP + "(?:Z|[+-][0-9]{2}:?[0-9]{2})?",  # UTC, or an offset to it
     "timestamp_ntz": _TIMESTAMP,
 }
 _COMPILED = {kind: re.compile(pattern) for kind, pattern in _PATTERNS.items()}
@@ -379,7 +379,8 @@ def parse_partition_value(value: str | None, delta_type: str) -> object:
     """The Python value of a serialized partition value of Delta type `delta_type`.
 
     None and "" are null. Timestamps are accepted as `YYYY-MM-DD HH:MM:SS[.ffffff]` and as ISO 8601
-    `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`; `timestamp` values are timezone-aware UTC datetimes. The
+    `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, a `timestamp` also with an offset (`+00:00`, `-0130`: other
+    writers' ISO 8601); `timestamp` values are timezone-aware UTC datetimes. The
     spec reads the first form in "the time zone of the system which wrote to the table"; like
     delta-rs, we take it as UTC, which is what delta-rs and Spark with a UTC session write.
     `timestamp_ntz` values are naive datetimes. Binary values are the UTF-8 bytes of the string,
@@ -442,7 +443,9 @@ def _fit_decimal(number: decimal.Decimal, t: pa.DataType) -> decimal.Decimal:
 
 def _parse_timestamp(value: str, t: pa.DataType) -> dt.datetime:
     parsed = dt.datetime.fromisoformat(value.removesuffix("Z"))
-    return parsed.replace(tzinfo=dt.UTC) if t.tz is not None else parsed
+    if t.tz is None:
+        return parsed
+    return parsed.astimezone(dt.UTC) if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 _PARSERS = {
@@ -563,10 +566,13 @@ def partition_values_to_arrow(values: pa.Array | pa.ChunkedArray, delta_type: st
     bad = pc.invert(pc.fill_null(valid, scalar(True, pa.bool_())))
     if pc.any(bad).as_py():
         raise _bad_value(strings.filter(bad)[0].as_py(), delta_type)
-    if kind in ("timestamp", "timestamp_ntz"):
-        strings = pc.utf8_rtrim(strings, characters="Z")
     try:
-        if kind in ("timestamp", "timestamp_ntz"):
+        if kind == "timestamp":  # each with its zone (Z when it has none), as Arrow casts them
+            zoned = pc.match_substring_regex(strings, "(?:Z|[+-][0-9]{2}:?[0-9]{2})$")
+            z, none = scalar("Z", pa.string()), scalar("", pa.string())  # (str args load pandas)
+            utc = pc.if_else(zoned, strings, pc.binary_join_element_wise(strings, z, none))
+            return utc.cast(pa.timestamp("us", "UTC")).cast(target)
+        if kind == "timestamp_ntz":
             return strings.cast(pa.timestamp("us")).cast(target)
         return strings.cast(target)
     except pa.ArrowInvalid as exc:

@@ -29,6 +29,7 @@ from airflow_delta.engine.errors import (
     StaleCommitError,
     TableNotFoundError,
     TransactionStateError,
+    naming_table,
 )
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.expressions.skipping import parse_file_predicates
@@ -198,9 +199,7 @@ class OptimisticTransaction:
             parsed = self.parse_file_predicate(predicate)
         else:
             parsed = parse_predicates(predicate, self._column_types()[0])
-        files = self.snapshot.files() if self.read_version >= 0 else pa.nulls(0, ADD_TYPE)
-        if not parsed.matches_all():
-            files = files.filter(parsed.evaluate(files))
+        files = self.matching_files(parsed)
         self.read_predicates.append(parsed)
         self.read_files.append(files)
         return files
@@ -214,6 +213,15 @@ class OptimisticTransaction:
     ) -> list[AddFile]:
         """The AddFiles to scan for `predicate` (SQL over the table's columns; None = all)."""
         return add_files_from_arrow(self.filter_files_arrow(predicate, data_skipping=data_skipping))
+
+    def matching_files(self, predicate: PartitionPredicate) -> pa.StructArray:
+        """The active files `predicate` (parsed) may select, not recorded as read; a malformed
+        partition value is a CorruptLogError naming the table and version."""
+        files = self.snapshot.files() if self.read_version >= 0 else pa.nulls(0, ADD_TYPE)
+        if predicate.matches_all():
+            return files
+        with naming_table(self.table, self.read_version):
+            return files.filter(predicate.evaluate(files))
 
     def read_whole_table(self) -> None:
         """Record that the transaction depends on the whole table."""

@@ -215,3 +215,39 @@ def test_num_records_reads_the_stats_as_json(tmp_path, stats, expected) -> None:
     )
     snapshot = load(tmp_path)
     assert snapshot.num_records == (None if expected is None else 1 + expected)
+
+
+MALFORMED_PARTITION_CALLS = {
+    "read_table": lambda uri: __import__("airflow_delta.engine").engine.read_table(uri),
+    "read_table with a filter": lambda uri: __import__("airflow_delta.engine").engine.read_table(
+        uri, filter="day > DATE '2020-01-01'"
+    ),
+    "filter_files": lambda uri: (
+        DeltaLog.for_table(uri).start_transaction().filter_files("day > DATE '2020-01-01'")
+    ),
+    "delete": lambda uri: __import__("airflow_delta.engine").engine.delete(
+        uri, "day > DATE '2020-01-01'"
+    ),
+}
+
+
+@pytest.mark.parametrize("call", MALFORMED_PARTITION_CALLS.values(), ids=MALFORMED_PARTITION_CALLS)
+def test_a_malformed_partition_value_names_the_table_and_version(tmp_path, call) -> None:
+    """A partition value the column's type cannot hold is a corrupt log, reported with the
+    table and the version read, whichever command meets it first."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from airflow_delta.engine import AddFile, Operation, write_table
+
+    uri = str(tmp_path / "t")
+    day = pa.array([dt.date(2024, 1, 1)])
+    write_table(uri, pa.table({"id": [1], "day": day}), partition_by=["day"])
+    [written] = (tmp_path / "t").glob("day=*/*.parquet")
+    (tmp_path / "t" / "x.parquet").write_bytes(written.read_bytes())
+    size = written.stat().st_size
+    txn = DeltaLog.for_table(uri).start_transaction()  # a writer that got the value wrong
+    txn.commit([AddFile("x.parquet", {"day": "yesterday"}, size, 0)], Operation("WRITE"))
+    with pytest.raises(CorruptLogError, match=f"Table {uri} version 1: partition value 'yest"):
+        call(uri)
