@@ -20,6 +20,7 @@ from airflow_delta.engine.errors import (
     DeltaConcurrentModificationException,
     SchemaMismatchError,
     TableAlreadyExistsError,
+    VersionNotFoundError,
 )
 from airflow_delta.engine.log import history, log_segment
 from airflow_delta.engine.log.checkpoints import DEFAULT_CHECKPOINT_PART_SIZE, CheckpointResult
@@ -102,8 +103,15 @@ class DeltaLog:
         return log_segment.latest_version(self.location, start)
 
     def commit_info(self, version: int) -> CommitInfo | None:
-        """The commitInfo of commit `version` (None when the commit has none)."""
-        return log_segment.read_commit_info(self.location, version)
+        """The commitInfo of commit `version` (None when the commit has none);
+        VersionNotFoundError when the table has no such commit file."""
+        try:
+            return log_segment.read_commit_info(self.location, version)
+        except FileNotFoundError:
+            raise VersionNotFoundError(
+                f"Table {self.location.uri} has no commit {version}: it was never written or "
+                f"log cleanup removed it (the latest version is {self.update().version})"
+            ) from None
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each commit plus its `version`, newest first."""

@@ -111,13 +111,17 @@ class TransactionStateError(DeltaError):
     was written or more than once, hooks run before the commit."""
 
 
-class InvalidPredicateError(ValueError):
-    """A predicate that does not parse, or does not fit the table's partition columns."""
+class InvalidPredicateError(DeltaError, ValueError):
+    """A predicate that does not parse, or does not fit the table's columns (`table`: the
+    table and version it was parsed for, once known)."""
 
-    def __init__(self, text: str, problem: str, position: int | None = None) -> None:
-        self.text = text
-        self.position = position
-        message = f"Predicate '{text}' {problem}"
+    def __init__(
+        self, text: str, problem: str, position: int | None = None, table: str = ""
+    ) -> None:
+        self.text, self.problem, self.position, self.table = text, problem, position, table
+        message = (
+            f"{table}: predicate '{text}' {problem}" if table else f"Predicate '{text}' {problem}"
+        )
         if position is not None:
             shown = re.sub(r"\s", " ", text)
             message += f"\n  {shown}\n  {' ' * position}^"
@@ -162,11 +166,17 @@ class IdentityColumnError(DeltaError, ValueError):
 
 @contextmanager
 def naming_table(table: str, version: int) -> Iterator[None]:
-    """Give a CorruptLogError raised inside without the table's name (a protocol-level parser's,
-    such as a malformed partition value's) the table and version it was read from."""
+    """Give a CorruptLogError or InvalidPredicateError raised inside without the table's name
+    (a protocol-level parser's: a malformed partition value, a predicate) the table and the
+    version it was read from."""
     try:
         yield
     except CorruptLogError as exc:
         if table in str(exc):
             raise
         raise CorruptLogError(f"Table {table} version {version}: {exc}") from None
+    except InvalidPredicateError as exc:
+        if exc.table:
+            raise
+        where = f"Table {table}" + (f" version {version}" if version >= 0 else "")
+        raise InvalidPredicateError(exc.text, exc.problem, exc.position, where) from None

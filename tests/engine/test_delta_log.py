@@ -145,6 +145,8 @@ def test_history_latest_version_and_commit_info(tmp_path) -> None:
     assert log.latest_version() == 2 and log.latest_version(start=3) == 2
     info = log.commit_info(1)
     assert info is not None and info.operation == "WRITE"
+    with pytest.raises(VersionNotFoundError, match=r"has no commit 9: .* latest version is 2"):
+        log.commit_info(9)
 
 
 def test_snapshot_at_a_version_or_a_timestamp(tmp_path) -> None:

@@ -132,7 +132,7 @@ def _range(
             f"read_changes of {table}: pass ending_version or ending_timestamp"
         )
     if starting_timestamp is not None:
-        ms = to_epoch_ms(starting_timestamp)
+        ms = to_epoch_ms(starting_timestamp, table)
         after = [v for v, t in sorted(stamps.items()) if t >= ms]
         if not after:
             raise VersionNotFoundError(
@@ -143,7 +143,7 @@ def _range(
     assert starting_version is not None
     end = latest if ending_version is None else min(ending_version, latest)
     if ending_timestamp is not None:
-        ms = to_epoch_ms(ending_timestamp)
+        ms = to_epoch_ms(ending_timestamp, table)
         end = max((v for v, t in stamps.items() if t <= ms), default=-1)
     if starting_version > latest:
         raise VersionNotFoundError(

@@ -450,7 +450,11 @@ def update(
     Example: `update(uri, {"status": "'closed'", "closed_on": "DATE '2024-06-30'"},
     "status = 'open' AND opened_on < '2024-01-01'")`.
     """
-    if not set or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items()):
+    if (
+        not isinstance(set, Mapping)
+        or not set
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in set.items())
+    ):
         name = table.table if isinstance(table, OptimisticTransaction) else table
         raise InvalidArgumentError(
             f"UPDATE of {name}: the assignments (set) must map column names to SQL "

@@ -59,7 +59,7 @@ from airflow_delta.engine.commands.data_files import write_tasks
 from airflow_delta.engine.commands.data_reader import FileReader
 from airflow_delta.engine.commands.file_removes import remove_files
 from airflow_delta.engine.commands.row_ids import RowTracking
-from airflow_delta.engine.errors import InvalidArgumentError, UnsupportedCommandError
+from airflow_delta.engine.errors import InvalidArgumentError, UnsupportedCommandError, naming_table
 from airflow_delta.engine.expressions.predicates import parse_predicates
 from airflow_delta.engine.protocol.actions import Action, AddFile, Operation
 from airflow_delta.engine.protocol.columnar import bool_values, int_array, int_values
@@ -272,7 +272,8 @@ def _considered(txn: OptimisticTransaction, partition_filter: str | None) -> pa.
     fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
     by_name = {f["name"]: f for f in fields}
     partitions = {c: by_name.get(c, "string") for c in txn.metadata.partition_columns}
-    predicate = parse_predicates(partition_filter, partitions)
+    with naming_table(txn.table, txn.read_version):
+        predicate = parse_predicates(partition_filter, partitions)
     files = txn.snapshot.files()
     clustered = pc.struct_field(files, "clusteringProvider")
     if clustered.null_count != len(files):

@@ -81,9 +81,8 @@ def restore(
     storage_options: Mapping[str, str] | None = None,
     commit_properties: CommitProperties | None = None,
 ) -> CommitResult:
-    """Restore the Delta table `table` (a URI, or a transaction started on it) to `version`,
-    or to the latest version committed at or before `timestamp` (ISO-8601 text, a datetime or
-    a date; naive means UTC).
+    """Restore the table `table` (a URI, or a transaction on it) to `version` (an int), or to
+    the latest version at or before `timestamp` (ISO 8601 text, a datetime or a date: UTC).
 
     Returns the commit's CommitResult, delta-spark's RESTORE metrics in `result.metrics`.
     Raises InvalidArgumentError for a version that is not older than the latest,
@@ -96,9 +95,10 @@ def restore(
     started = time.monotonic()
     txn = _transaction(table, storage_options, commit_properties)
     uri = txn.table
-    if (version is None) == (timestamp is None):
+    if (version is None) == (timestamp is None) or type(version) not in (int, type(None)):
         raise InvalidArgumentError(
-            f"RESTORE of {uri}: pass either version or timestamp (one of them)"
+            f"RESTORE of {uri}: pass either version or timestamp (one of them; a version is a "
+            f"commit number, an int), not version={version!r}, timestamp={timestamp!r}"
         )
     if txn.already_committed():  # a retry of a restore that landed: nothing to do again
         landed = {"version": version} if timestamp is None else {"timestamp": str(timestamp)}

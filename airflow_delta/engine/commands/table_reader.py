@@ -293,7 +293,8 @@ def _predicate(snapshot: Snapshot, reader: FileReader, filter: Filter) -> Partit
         by_name = {name: f["type"] for name, f in by_name.items()}
     partitions = {name: by_name.get(name, "string") for name in reader.layout.partition_keys}
     data = {name: f for name, f in by_name.items() if name not in partitions}
-    return parse_file_predicates(filter, partitions, data)
+    with naming_table(snapshot.location.uri, snapshot.version):
+        return parse_file_predicates(filter, partitions, data)
 
 
 def _resolve(snapshot: Snapshot, schema: pa.Schema, columns: Sequence[str]) -> list[str]:

@@ -21,12 +21,15 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.errors import InvalidPredicateError
 from airflow_delta.engine.expressions.parser import PartitionColumns, UsedColumns, parse
 from airflow_delta.engine.expressions.tree import And, Const, Expr
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.schema import partition_values_to_arrow
 
 _FALSE = columnar.scalar(False, pa.bool_())
+
+_NOT_TEXT = "is not SQL text: pass a str, or a list of them"
 
 
 class PartitionPredicate:
@@ -141,9 +144,13 @@ def parse_predicates(
         return TRUE
     if isinstance(predicate, str):
         return PartitionPredicate.parse(predicate, partition_columns)
+    if not isinstance(predicate, list | tuple):
+        raise InvalidPredicateError(repr(predicate), _NOT_TEXT)
     for item in predicate:
         if not isinstance(item, str):
-            raise TypeError(f"a predicate must be a SQL string, got {item!r}")
+            raise InvalidPredicateError(
+                repr(item), "is not SQL text: pass a str (or a list of them)"
+            )
     return PartitionPredicate.all_of(
         [PartitionPredicate.parse(p, partition_columns) for p in predicate]
     )

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from airflow_delta.engine.errors import InvalidPredicateError
 from airflow_delta.engine.expressions.coercion import type_family
 from airflow_delta.engine.expressions.parser import PartitionColumns, UsedColumns, parse
 from airflow_delta.engine.expressions.predicates import (
@@ -85,6 +86,8 @@ _MS = 1000  # microseconds
 _TRUE = columnar.scalar(True, pa.bool_())
 _FALSE = columnar.scalar(False, pa.bool_())
 
+_NOT_TEXT = "is not SQL text: pass a str, or a list of them"
+
 
 class FilePredicate(PartitionPredicate):
     """A predicate over partition and data columns; `evaluate` keeps the files that may match."""
@@ -124,10 +127,14 @@ def parse_file_predicates(
     """
     if predicate is None:
         return TRUE
+    if not isinstance(predicate, str | list | tuple):
+        raise InvalidPredicateError(repr(predicate), _NOT_TEXT)
     texts = [predicate] if isinstance(predicate, str) else list(predicate)
     for item in texts:
         if not isinstance(item, str):
-            raise TypeError(f"a predicate must be a SQL string, got {item!r}")
+            raise InvalidPredicateError(
+                repr(item), "is not SQL text: pass a str (or a list of them)"
+            )
     parsed = [PartitionPredicate(t, *parse(t, partition_columns, data_columns)) for t in texts]
     combined = PartitionPredicate.all_of(parsed)
     data = frozenset(combined.columns - set(partition_columns))

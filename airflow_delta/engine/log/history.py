@@ -6,7 +6,12 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from typing import Any
 
-from airflow_delta.engine.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    TableNotFoundError,
+    VersionNotFoundError,
+)
 from airflow_delta.engine.log.log_segment import commit_files, list_log
 from airflow_delta.engine.log.log_store import FileStatus
 from airflow_delta.engine.log.snapshot import load_snapshot
@@ -16,22 +21,31 @@ from airflow_delta.engine.protocol.log_json import parse_json
 Timestamp = datetime | date | str | int | float
 
 
-def to_epoch_ms(ts: Timestamp) -> int:
-    """Milliseconds since the epoch of a datetime, ISO-8601 string or number of ms.
+def to_epoch_ms(ts: Timestamp, table: str = "") -> int:
+    """Milliseconds since the epoch of a datetime, ISO-8601 string or number of ms;
+    InvalidArgumentError (naming `table`) for anything else.
 
     Naive datetimes and strings without an offset are taken as UTC.
 
     >>> to_epoch_ms("1970-01-01T00:00:01Z")
     1000
     """
-    if isinstance(ts, int | float):
+    where = f"Table {table}: " if table else ""
+    if isinstance(ts, int | float) and not isinstance(ts, bool):
         return int(ts)
     if isinstance(ts, str):
         text = ts.strip().replace("Z", "+00:00")
         try:
             ts = datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError(f"not an ISO-8601 timestamp: {ts!r}") from None
+            raise InvalidArgumentError(
+                f"{where}{ts!r} is not an ISO 8601 timestamp (such as '2024-06-01T00:00:00Z')"
+            ) from None
+    if not isinstance(ts, date):
+        raise InvalidArgumentError(
+            f"{where}a timestamp is a datetime, a date, ISO 8601 text or epoch milliseconds, "
+            f"not {ts!r}"
+        )
     if not isinstance(ts, datetime):
         ts = datetime(ts.year, ts.month, ts.day)
     if ts.tzinfo is None:
@@ -79,7 +93,7 @@ def _in_commit_timestamp(location: TableLocation, f: FileStatus) -> int | None:
 
 def version_at_timestamp(location: TableLocation, timestamp: Timestamp) -> int:
     """The latest version committed at or before `timestamp`."""
-    ts = to_epoch_ms(timestamp)
+    ts = to_epoch_ms(timestamp, location.uri)
     stamps = commit_timestamps(location)
     eligible = [v for v, t in stamps if t <= ts]
     if not eligible:

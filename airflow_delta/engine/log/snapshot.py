@@ -12,7 +12,11 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_delta.engine.errors import CorruptLogError, VersionNotFoundError
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    VersionNotFoundError,
+)
 from airflow_delta.engine.log.checkpoints import (
     DEFAULT_CHECKPOINT_PART_SIZE,
     CheckpointResult,
@@ -264,6 +268,10 @@ def load_snapshot(location: TableLocation, version: int | None = None) -> Snapsh
     The latest is found by listing from `_last_checkpoint`; an unreadable checkpoint makes
     the load fall back to an older one (or to version 0) instead of failing.
     """
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise InvalidArgumentError(
+            f"Table {location.uri}: a version is a commit number (an int), not {version!r}"
+        )
     if version is not None and version < 0:
         raise VersionNotFoundError(f"Cannot time travel table {location.uri} to {version}")
     segment = segment_from_hint(location) if version is None else None

@@ -181,7 +181,8 @@ class OptimisticTransaction:
     def parse_file_predicate(self, predicate: str | Sequence[str] | None) -> PartitionPredicate:
         """`predicate` (SQL over any of the table's columns) parsed for data skipping; raises
         InvalidPredicateError for an unknown column or a malformed predicate."""
-        return parse_file_predicates(predicate, *self._column_types())
+        with naming_table(self.table, self.read_version):
+            return parse_file_predicates(predicate, *self._column_types())
 
     def filter_files_arrow(
         self, predicate: str | Sequence[str] | None = None, *, data_skipping: bool = True
@@ -198,7 +199,8 @@ class OptimisticTransaction:
         if data_skipping:
             parsed = self.parse_file_predicate(predicate)
         else:
-            parsed = parse_predicates(predicate, self._column_types()[0])
+            with naming_table(self.table, self.read_version):
+                parsed = parse_predicates(predicate, self._column_types()[0])
         files = self.matching_files(parsed)
         self.read_predicates.append(parsed)
         self.read_files.append(files)

@@ -21,7 +21,7 @@ from airflow_delta.engine import (
     write_table,
 )
 from airflow_delta.engine.commands.merge_in_process import merge_arrow
-from airflow_delta.engine.errors import DeltaError, InvalidArgumentError
+from airflow_delta.engine.errors import DeltaError, InvalidArgumentError, InvalidPredicateError
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
 
@@ -51,6 +51,17 @@ CALLS: dict[str, Callable[[str], Any]] = {
     "read_table: a version and a timestamp": lambda uri: read_table(
         uri, version=0, timestamp="2024-01-01"
     ),
+    "read_table: a version that is not a number": lambda uri: read_table(uri, version="1"),
+    "read_table: a timestamp that is not one": lambda uri: read_table(uri, timestamp="yesterday"),
+    "read_table: a timestamp of no type it takes": lambda uri: read_table(uri, timestamp=[1]),
+    "snapshot_at: a month 13": lambda uri: DeltaLog.for_table(uri).snapshot_at(
+        timestamp="2024-13-01"
+    ),
+    "read_changes: a timestamp that is not one": lambda uri: read_changes(
+        uri, starting_timestamp="soon"
+    ),
+    "restore: a version that is not a number": lambda uri: restore(uri, version="0"),
+    "update: assignments that are not a mapping": lambda uri: update(uri, "id = 1"),  # type: ignore[arg-type]
     "write_table: an unknown mode": lambda uri: write_table(uri, ROWS, mode="upsert"),
     "vacuum: a negative retention": lambda uri: DeltaLog.for_table(uri).vacuum(-1),
 }
@@ -69,3 +80,30 @@ def test_bad_arguments_are_invalid_argument_errors(
     assert uri in str(raised.value)
     assert DeltaLog.for_table(uri).update().version == 1
     assert read_table(uri).num_rows == 4
+
+
+PREDICATES: dict[str, Callable[[str], Any]] = {
+    "read_table: an unknown column": lambda uri: read_table(uri, filter="nope = 1"),
+    "read_table: not SQL text": lambda uri: read_table(uri, filter=5),  # type: ignore[arg-type]
+    "read_table: a list holding no SQL": lambda uri: read_table(uri, filter=[1]),  # type: ignore[list-item]
+    "update: a malformed predicate": lambda uri: update(uri, {"name": "'x'"}, "id = = 1"),
+    "filter_files: an unknown column": lambda uri: (
+        DeltaLog.for_table(uri).start_transaction().filter_files("nope > 1")
+    ),
+    "optimize: a data column as partition filter": lambda uri: optimize(uri, "id = 1"),
+}
+
+
+@pytest.mark.parametrize("call", PREDICATES.values(), ids=PREDICATES.keys())
+def test_bad_predicates_are_delta_errors_naming_the_table(
+    tmp_path: Path, call: Callable[[str], Any]
+) -> None:
+    """InvalidPredicateError is a DeltaError (and still a ValueError) whose message names the
+    table and the version the predicate was parsed against, with the caret under the spot."""
+    uri = str(tmp_path / "table")
+    write_table(uri, ROWS)
+    with pytest.raises(InvalidPredicateError) as raised:
+        call(uri)
+    assert isinstance(raised.value, DeltaError) and isinstance(raised.value, ValueError)
+    assert str(raised.value).startswith(f"Table {uri} version 0: predicate ")
+    assert DeltaLog.for_table(uri).update().version == 0

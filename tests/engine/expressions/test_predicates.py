@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_delta.engine.errors import CorruptLogError
+from airflow_delta.engine.errors import CorruptLogError, InvalidPredicateError
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.protocol.action_types import ADD_TYPE
 from airflow_delta.engine.protocol.columnar import array_from_pylist
@@ -294,7 +294,7 @@ def test_lists_are_anded_and_none_selects_everything() -> None:
     assert combined.columns == {"n", "region", "b"}
     assert select(["n >= 3", "region = 'us' OR b"]) == ["f0", "f1"]
     assert parse_predicates(None, COLUMNS) is TRUE
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidPredicateError, match="'5' is not SQL text"):
         parse_predicates(["n = 1", 5], COLUMNS)  # type: ignore[list-item]
 
 
