@@ -287,3 +287,14 @@ def test_a_partition_delete_runs_no_spark_job(spark: SparkSession, tmp_path: Pat
     assert (result.metrics["numDeletedRows"], result.metrics["numRemovedFiles"]) == (6, 2)
     assert result.metrics["numAddedFiles"] == result.metrics["numCopiedRows"] == 0
     assert engine_rows(uri) == deltalake_rows(uri) == expected(DATA, lambda r: r["p"] == "b")
+
+
+def test_string_literals_are_read_as_spark_reads_them(spark: SparkSession) -> None:
+    """The engine's predicates and Spark's read a string literal alike (backslash escapes,
+    doubled quotes): the DML operators send the same predicate to either executor."""
+    from airflow_delta.engine.expressions.tokens import tokenize
+    from tests.engine.expressions.test_tokens import SPARK_STRINGS
+
+    row = spark.sql("SELECT " + ", ".join(literal for literal, _ in SPARK_STRINGS)).first()
+    assert row is not None
+    assert list(row) == [tokenize(literal)[0].value for literal, _ in SPARK_STRINGS]

@@ -40,6 +40,7 @@ from airflow_delta.engine.expressions.tokens import (
     Token,
     assigned_columns,
     quote_identifier,
+    quote_string,
     split_conjuncts,
     tokenize,
 )
@@ -693,4 +694,4 @@ def _sql_literal(value: object) -> str:
         return format(value, "f")
     if isinstance(value, dt.date):
         return f"DATE '{value.isoformat()}'"
-    return "'" + str(value).replace("'", "''") + "'"
+    return quote_string(str(value))

@@ -13,7 +13,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_delta.engine.commands.data_reader import cast_values, same_family
-from airflow_delta.engine.errors import InvalidArgumentError, UnsupportedMergeError
+from airflow_delta.engine.errors import (
+    InvalidArgumentError,
+    InvalidPredicateError,
+    UnsupportedMergeError,
+)
+from airflow_delta.engine.expressions.tokens import tokenize
 
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
@@ -62,6 +67,15 @@ def cast_to_field(
         ) from None
 
 
+def _one_string(text: str) -> bool:
+    """Whether `text` is one string literal (quotes and escapes as Spark SQL reads them)."""
+    try:
+        tokens = tokenize(text)
+    except InvalidPredicateError:
+        return False
+    return len(tokens) == 2 and tokens[0].kind == "string"
+
+
 def sql_literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
     """A SQL literal (NULL, TRUE/FALSE, a number, a 'string') as a scalar of `type_`."""
     text = sql.strip()
@@ -75,8 +89,8 @@ def sql_literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
         value = decimal.Decimal(text) if "." in text else int(text)
         if pa.types.is_floating(type_):
             value = float(value)
-    elif len(text) > 1 and text[0] == text[-1] == "'" and "\\" not in text:
-        value = text[1:-1].replace("''", "'")
+    elif _one_string(text):
+        value = tokenize(text)[0].value
     else:
         raise UnsupportedMergeError(
             f"MERGE into {table}: the in-process MERGE evaluates column references and "

@@ -58,7 +58,7 @@ from airflow_delta.engine.errors import (
 )
 from airflow_delta.engine.expressions.constraints import RowChecks, replace_where_constraint
 from airflow_delta.engine.expressions.generated import generate_checked, parse_generated_columns
-from airflow_delta.engine.expressions.tokens import quote_identifier
+from airflow_delta.engine.expressions.tokens import quote_identifier, quote_string
 from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_writer_support
@@ -395,10 +395,6 @@ def write_metrics(adds: Sequence[AddFile], removed: Sequence[AddFile] | None) ->
     return metrics
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | None:
     """A predicate selecting exactly the partitions `adds` wrote to (None for none)."""
     columns, keys_in_files = metadata.partition_columns, metadata.physical_partition_columns
@@ -407,7 +403,7 @@ def partitions_predicate(metadata: Metadata, adds: Sequence[AddFile]) -> str | N
         " AND ".join(
             f"{quote_identifier(c)} IS NULL"
             if v is None
-            else f"{quote_identifier(c)} = {_sql_string(v)}"
+            else f"{quote_identifier(c)} = {quote_string(v)}"
             for c, v in zip(columns, key, strict=True)
         )
         for key in keys

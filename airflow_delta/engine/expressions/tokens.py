@@ -18,7 +18,7 @@ _TOKEN = re.compile(
     r"(?P<space>\s+)"
     r"|(?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
     r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<string>'(?:[^']|'')*')"
+    r"|(?P<string>'(?:[^'\\]|\\[\s\S]|'')*')"
     r"|(?P<quoted>`(?:[^`]|``)*`)"
     r"|(?P<op><=>|<=|>=|<>|!=|==|\|\||[=<>(),+*/%-])"
 )
@@ -40,6 +40,43 @@ class Token(NamedTuple):
     value: str  # identifiers and strings unquoted
     start: int
     end: int
+
+
+#: Spark SQL's escapes in a string literal (a backslash, then one character); any other
+#: escaped character stands for itself, but `%` and `_` keep their backslash (for LIKE).
+_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
+_ESCAPES |= {"%": "\\%", "_": "\\_"}
+_ESCAPE = re.compile(r"''|\\(u[0-9A-Fa-f]{4}|[01][0-7]{2}|[\s\S])")
+
+
+def unescape_string(body: str) -> str:
+    r"""The value of a string literal's `body` (between its quotes) as Spark SQL reads it: `''`
+    is a quote, and backslash escapes (`\'`, `\\`, `\n`, `\t`, `\u0041`, octal `\101`...).
+
+    >>> unescape_string(r"it''s a\\b, c\td")
+    "it's a\\b, c\td"
+    """
+
+    def one(match: re.Match[str]) -> str:
+        escaped = match.group(1)
+        if escaped is None:
+            return "'"
+        if len(escaped) == 5:
+            return chr(int(escaped[1:], 16))
+        if len(escaped) == 3:
+            return chr(int(escaped, 8))
+        return _ESCAPES.get(escaped, escaped)
+
+    return _ESCAPE.sub(one, body) if "'" in body or "\\" in body else body
+
+
+def quote_string(value: str) -> str:
+    r"""`value` as a SQL string literal this engine and Spark read back as `value`.
+
+    >>> print(quote_string("it's a\\b"))
+    'it''s a\\b'
+    """
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def quote_identifier(name: str) -> str:
@@ -103,8 +140,10 @@ def tokenize(text: str, *, lenient: bool = False) -> list[Token]:
                     text, f"has a malformed number '{bad}' at character {pos + 1}.", pos
                 )
             kind, raw, end = "other", bad, pos + len(bad)
-        if kind in ("string", "quoted"):
-            raw = raw[1:-1].replace(raw[0] * 2, raw[0])
+        if kind == "string":
+            raw = unescape_string(raw[1:-1])
+        elif kind == "quoted":
+            raw = raw[1:-1].replace("``", "`")
         if kind != "space":
             tokens.append(Token(kind, raw, pos, end))
         pos = end

@@ -308,3 +308,22 @@ def test_unsigned_integers_are_stored_in_the_next_wider_signed_type(
     table = DeltaTable(uri).to_pyarrow_dataset().to_table()
     assert table.schema.field("n").type == signed
     assert sorted(table.column("n").to_pylist()) == [0, top, top]
+
+
+@pytest.mark.parametrize("value", ["a\\b", "it's", "x\\'y", "\\"])
+def test_partition_values_with_quotes_and_backslashes_are_replaced_exactly(
+    tmp_path: Path, value: str
+) -> None:
+    """A dynamic partition overwrite selects the partitions it writes by a predicate built
+    from their values: quoted for SQL, each value selects its own partition and no other."""
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": [1, 2], "p": [value, value + "x"]})
+    write_table(uri, data, partition_by=["p"])
+    write_table(
+        uri,
+        pa.table({"id": [9], "p": [value]}),
+        mode="overwrite",
+        partition_overwrite_mode="dynamic",
+    )
+    rows = DeltaTable(uri).to_pyarrow_dataset().to_table().to_pylist()
+    assert sorted((r["id"], r["p"]) for r in rows) == [(2, value + "x"), (9, value)]

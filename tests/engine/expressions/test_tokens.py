@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_delta.engine.errors import InvalidPredicateError
-from airflow_delta.engine.expressions.tokens import split_conjuncts, tokenize
+from airflow_delta.engine.expressions.tokens import quote_string, split_conjuncts, tokenize
 
 
 def test_tokenize_strict_and_lenient() -> None:
@@ -64,3 +66,36 @@ def test_tokenize_strict_and_lenient() -> None:
 )
 def test_split_conjuncts(condition: str, expected: list[str]) -> None:
     assert split_conjuncts(condition) == expected
+
+
+#: String literals and their values as Spark SQL 4 reads them (spark.sql("SELECT " + literal)).
+SPARK_STRINGS = [
+    (r"'it''s'", "it's"),
+    (r"'q\'s'", "q's"),
+    (r"'a\\b'", "a\\b"),
+    (r"'tab\tx'", "tab\tx"),
+    (r"'nl\ny'", "nl\ny"),
+    (r"'x\%y'", "x\\%y"),
+    (r"'x\_y'", "x\\_y"),
+    (r"'u\u0041'", "uA"),
+    (r"'n\zq'", "nzq"),
+    (r"'o\101'", "oA"),
+    (r"'nul\0'", "nul\0"),
+    (r"'ctl\Z'", "ctl\x1a"),
+]
+
+
+@pytest.mark.parametrize(("literal", "value"), SPARK_STRINGS)
+def test_string_literals_read_as_spark_reads_them(literal: str, value: str) -> None:
+    assert [(t.kind, t.value) for t in tokenize(literal)] == [("string", value), ("end", "")]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=20))
+def test_quote_string_reads_back_as_the_value(value: str) -> None:
+    """Every value quoted for SQL (partition values in a recorded predicate, replace_where)
+    reads back as itself: backslashes and quotes included."""
+    assert [(t.kind, t.value) for t in tokenize(quote_string(value))] == [
+        ("string", value),
+        ("end", ""),
+    ]
