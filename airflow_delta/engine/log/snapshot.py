@@ -16,6 +16,7 @@ from airflow_delta.engine.errors import (
     CorruptLogError,
     InvalidArgumentError,
     VersionNotFoundError,
+    naming_table,
 )
 from airflow_delta.engine.log.checkpoints import (
     DEFAULT_CHECKPOINT_PART_SIZE,
@@ -117,7 +118,9 @@ class Snapshot:
                 f"Table {table} version {segment.version}: No metadata found in the log "
                 "(the log is corrupt or truncated)."
             )
-        config = TableConfig(replay.current_metadata.configuration, table)
+        metadata = replay.current_metadata
+        _check_partition_columns(metadata, table, segment.version)
+        config = TableConfig(metadata.configuration, table)
         now_ms = int(time.time() * 1000)
         replay.min_file_retention_timestamp = now_ms - config.deleted_file_retention_ms
         return cls(location, segment, replay)
@@ -260,6 +263,20 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return f"Snapshot(table={self.table_uri!r}, version={self.version})"
+
+
+def _check_partition_columns(metadata: Metadata, table: str, version: int) -> None:
+    """CorruptLogError when the metadata partitions by a column its schema lacks."""
+    if not metadata.partition_columns:
+        return
+    with naming_table(table, version):
+        names = {n.lower() for n in metadata.schema.names}
+    strays = [c for c in metadata.partition_columns if c.lower() not in names]
+    if strays:
+        raise CorruptLogError(
+            f"Table {table} version {version}: partition columns {strays} are not columns of "
+            "the table's schema (the log is corrupt; restore a version whose metadata holds them)"
+        )
 
 
 def load_snapshot(location: TableLocation, version: int | None = None) -> Snapshot:

@@ -251,3 +251,20 @@ def test_a_malformed_partition_value_names_the_table_and_version(tmp_path, call)
     txn.commit([AddFile("x.parquet", {"day": "yesterday"}, size, 0)], Operation("WRITE"))
     with pytest.raises(CorruptLogError, match=f"Table {uri} version 1: partition value 'yest"):
         call(uri)
+
+
+def test_partition_columns_the_schema_lacks_are_a_corrupt_log(tmp_path) -> None:
+    """Metadata partitioning by a column its schema does not have cannot be read rightly (the
+    column's values would come from nowhere): the load refuses it, naming table and version."""
+    import pyarrow as pa
+
+    from airflow_delta.engine import read_table, write_table
+
+    uri = str(tmp_path / "t")
+    write_table(uri, pa.table({"id": [1], "p": ["a"]}), partition_by=["p"])
+    log = tmp_path / "t" / "_delta_log" / f"{0:020d}.json"
+    log.write_text(log.read_text().replace('"partitionColumns":["p"]', '"partitionColumns":["zz"]'))
+    with pytest.raises(
+        CorruptLogError, match=rf"Table {uri} version 0: partition columns \['zz'\]"
+    ):
+        read_table(uri)
