@@ -225,8 +225,12 @@ class _Parser:
             node = self._in(start, left)
         elif self._keyword("between"):
             node = self._between(start, left)
+        elif (like := self._keyword("like", "ilike")) is not None:
+            args = [values.natural(left), values.natural(self._sum())]
+            call = (self._span(start), like.value.lower(), args, self.now)
+            node = self._value(like.start, values.call, *call)
         elif negated:
-            raise self._syntax_error("IN or BETWEEN", self._peek())
+            raise self._syntax_error("IN, BETWEEN or LIKE", self._peek())
         else:
             return left
         return Not(node.span, node) if negated else node

@@ -22,6 +22,7 @@ ValueError, which the parser reports as an InvalidPredicateError: callers fall b
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -524,8 +525,36 @@ def _to_date(span: tuple[int, int], args: list[Expr], now: dt.datetime) -> Expr:
     return sql_cast(span, args[0], _DATE)
 
 
+#: A LIKE pattern Spark and Arrow read alike: a backslash escapes only `%`, `_` or itself.
+_LIKE_PATTERN = re.compile(r"(?:[^\\]|\\[%_\\])*")
+
+
+def _like(name: str, ignore_case: bool) -> Function:
+    """`str LIKE pattern` (ILIKE: ignoring case) with a literal pattern: `%` any characters,
+    `_` one, a backslash escaping either; NULL for a NULL string or pattern."""
+
+    def build(span: tuple[int, int], args: list[Expr], now: dt.datetime) -> Expr:
+        _arity(name, args, 2)
+        value, pattern = convert(args[0], _STRING), args[1]
+        if not isinstance(pattern, Const) or type_family(pattern.type) not in ("string", "null"):
+            raise ValueError(f"{name} is evaluated in process with a string literal pattern only")
+        text = pattern.scalar.as_py()
+        if text is None:
+            return Const(span, pa.nulls(1, pa.bool_())[0])
+        if not _LIKE_PATTERN.fullmatch(text):
+            raise ValueError(f"the {name} pattern {text!r} escapes a character other than % or _")
+        options = pc.MatchSubstringOptions(text, ignore_case=ignore_case)
+        return _apply(
+            span, name, [value], pa.bool_(), lambda v: pc.match_like(v[0], options=options)
+        )
+
+    return build
+
+
 _STRINGS = _as(_STRING)
 FUNCTIONS: dict[str, Function] = {
+    "like": _like("like", False),
+    "ilike": _like("ilike", True),
     "year": _unary("year", _as_datetime(True), pa.int32(), _field(pc.year)),
     "month": _unary("month", _as_datetime(True), pa.int32(), _field(pc.month)),
     "day": _unary("day", _as_datetime(True), pa.int32(), _field(pc.day)),

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_delta.engine.errors import InvalidPredicateError
 from airflow_delta.engine.expressions.parser import parse
+from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from tests.engine.expressions.predicate_helpers import COLUMNS
 
 
@@ -40,7 +42,7 @@ def test_unknown_or_non_partition_columns_are_refused() -> None:
         ("(n = 1", 6, "expected ')'"),
         ("n IN ()", 6, "found ')'"),
         ("n IN (1 2)", 8, "expected ',' or ')'"),
-        ("n NOT = 3", 6, "expected IN or BETWEEN"),
+        ("n NOT = 3", 6, "expected IN, BETWEEN or LIKE"),
         ("n IS 3", 5, "expected NULL"),
         ("n BETWEEN 1 OR 2", 12, "expected AND"),
         ("and = 1", 0, "backquote column names that are SQL keywords"),
@@ -95,3 +97,26 @@ def test_partition_columns_of_unsupported_types_are_refused() -> None:
     columns = {"s": {"type": "struct", "fields": []}, "v": "void"}
     assert "type struct, which predicates cannot compare" in str(error("s IS NULL", columns))
     assert "type void" in str(error("v IS NULL", columns))
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("s LIKE 'ab%'", [True, False, False, False]),
+        ("s NOT LIKE 'ab%'", [False, True, True, False]),  # NULL LIKE ... is NULL: not kept
+        ("s ILIKE 'AB_'", [True, True, False, False]),
+        ("s LIKE 'a\\\\%c'", [False, False, True, False]),
+        ("s LIKE NULL", [False, False, False, False]),
+    ],
+)
+def test_like_and_ilike(where: str, expected: list[bool]) -> None:
+    column = pa.chunked_array([pa.array(["abc", "ABD", "a%c", None])])
+    predicate = PartitionPredicate.parse(where, {"s": "string"})
+    assert predicate.evaluate_rows({"s": column}, 4).tolist() == expected
+
+
+def test_a_like_pattern_other_engines_would_read_otherwise_is_refused() -> None:
+    with pytest.raises(InvalidPredicateError, match="escapes a character other than % or _"):
+        PartitionPredicate.parse("s LIKE 'a\\\\qc'", {"s": "string"})
+    with pytest.raises(InvalidPredicateError, match="string literal pattern only"):
+        PartitionPredicate.parse("s LIKE s", {"s": "string"})
