@@ -33,6 +33,7 @@ from airflow_delta.engine.errors import (
 )
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.expressions.skipping import parse_file_predicates
+from airflow_delta.engine.log.checkpoints import read_last_checkpoint
 from airflow_delta.engine.log.log_segment import latest_version, read_commit_info
 from airflow_delta.engine.log.replay import parse_log_batch
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
@@ -511,33 +512,44 @@ class OptimisticTransaction:
         Expired-log cleanup deletes commit files below a checkpoint. A writer whose snapshot
         is older than that checkpoint finds the name of its next version free again, and its
         put-if-absent succeeds below the checkpoint, where every reader starts after it. Such
-        a commit is recognised by its missing predecessor together with a checkpoint at or
-        above its version that is not newer than the commit file (a later one was built from
-        this commit, which is then visible; object stores keep whole seconds, so a tie counts
-        as stale: an error is loud, a lost commit is not). It is deleted again and
-        StaleCommitError raised.
+        a commit has a checkpoint at or above its version that is not newer than the commit
+        file (a later one was built from this commit, which is then visible; object stores
+        keep whole seconds, so a tie counts), and no sound predecessor: the commit or
+        checkpoint of `version - 1` is missing, or was itself written after that checkpoint
+        (another stale writer's commit, about to be withdrawn). It is deleted again and
+        StaleCommitError raised. A commit above the `_last_checkpoint` hint whose predecessor
+        exists is sound without a listing (the common case: one small read and one probe);
+        without a hint (no checkpoint yet, or the hint lost) the listing decides.
         """
-        store = self.location.store
-        if version == 0 or store.exists(self.location.log_file(filenames.delta_file(version - 1))):
+        store, log_path = self.location.store, self.location.log_path
+        if version == 0:
             return
-        listing = store.list_from(self.location.log_path, filenames.version_prefix(version - 1))
+        hint = read_last_checkpoint(store, log_path)
+        if (hint is not None and hint["version"] < version) and store.exists(
+            self.location.log_file(filenames.delta_file(version - 1))
+        ):
+            return
+        listing = store.list_from(log_path, filenames.version_prefix(version - 1))
         name = filenames.delta_file(version)
         written_at = next((f.modification_time for f in listing if f.name == name), None)
-        older_checkpoints = []
+        predecessor: int | None = None  # when the commit or a checkpoint of version - 1 was
+        older_checkpoints: dict[int, int] = {}  # version -> time, not newer than the commit
         for f in listing:
             parsed = filenames.parse_log_file_name(f.name)
             if parsed is None or parsed.kind not in ("commit", "checkpoint"):
                 continue
             if parsed.version == version - 1:
-                return  # the predecessor is there after all (a checkpoint of it)
-            if (
+                predecessor = min(predecessor or f.modification_time, f.modification_time)
+            elif (
                 parsed.kind == "checkpoint"
                 and parsed.version >= version
                 and (written_at is None or f.modification_time <= written_at)
             ):
-                older_checkpoints.append(parsed.version)
+                older_checkpoints[parsed.version] = f.modification_time
         if not older_checkpoints:
             return
+        if predecessor is not None and predecessor <= min(older_checkpoints.values()):
+            return  # the predecessor predates those checkpoints: a sound chain
         store.delete(path)
         raise self._stale_error(version, min(older_checkpoints))
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_delta.engine import DeltaLog
+from airflow_delta.engine import CommitProperties, DeltaLog
 from airflow_delta.engine.commands.maintenance import cleanup_expired_logs, truncate_day
 from airflow_delta.engine.errors import StaleCommitError
 from tests.txn_helpers import APPEND, add, new_table
@@ -88,6 +88,50 @@ def test_winners_cleaned_up_during_the_conflict_check_fail_typed(tmp_path: Path)
 
     with pytest.raises(StaleCommitError):
         stale.commit([add("a")], APPEND)
+
+
+@pytest.mark.parametrize("hint", [True, False], ids=["with-last-checkpoint", "without"])
+def test_a_stale_writer_after_another_stale_writer_fails_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hint: bool
+) -> None:
+    """Writers A (read version 1) and B (read version 2) both predate the cleanup. A writes
+    its stale commit 2; before A withdraws it, B writes commit 3 on top of it. A's commit 2 is
+    no sound predecessor (written after the checkpoint): B is withdrawn too, whether or not
+    `_last_checkpoint` points past it, and the table keeps every commit it returned."""
+    from airflow_delta.engine.txn.transaction import OptimisticTransaction
+
+    table = tmp_path / "t"
+    log = new_table(table, **{"delta.checkpointInterval": "1000"})
+    unlocked = CommitProperties(commit_lock=False)  # as two processes: no shared lock
+    log.start_transaction().commit([add("a", "v1.parquet")], APPEND)
+    a = DeltaLog.for_table(str(table)).start_transaction(properties=unlocked)
+    log.start_transaction().commit([add("a", "v2.parquet")], APPEND)
+    b = DeltaLog.for_table(str(table)).start_transaction(properties=unlocked)
+    assert (a.read_version, b.read_version) == (1, 2)
+    for i in range(3, 13):
+        log.start_transaction().commit([add("a", f"v{i}.parquet")], APPEND)
+    log.checkpoint()
+    _age_log(table / "_delta_log", 40)
+    cleanup_expired_logs(log.location)
+    if not hint:
+        (table / "_delta_log" / "_last_checkpoint").unlink()
+    outcome: dict[str, object] = {}
+    check = OptimisticTransaction._check_not_stale
+
+    def b_in_between(self: OptimisticTransaction, version: int, path: str) -> None:
+        if self is a:  # A's commit 2 is on storage: B (another process) commits now
+            try:
+                outcome["b"] = b.commit([add("a", "b.parquet")], APPEND)
+            except StaleCommitError:
+                outcome["b"] = "stale"
+        check(self, version, path)
+
+    monkeypatch.setattr(OptimisticTransaction, "_check_not_stale", b_in_between)
+    with pytest.raises(StaleCommitError):
+        a.commit([add("a", "a.parquet")], APPEND)
+    assert outcome["b"] == "stale"
+    assert sorted(p.name for p in (table / "_delta_log").glob("*.json")) == [f"{12:020d}.json"]
+    assert log.update().version == 12
 
 
 def test_cleanup_cutoff_is_truncated_to_the_start_of_the_day(tmp_path: Path) -> None:
