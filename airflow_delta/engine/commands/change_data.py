@@ -202,10 +202,16 @@ def _plan(location: TableLocation, start: int, end: int) -> list[_Read]:
 
 
 def _metadata_before(location: TableLocation, version: int) -> Metadata:
-    """The metadata in effect before `version` (an empty one before version 0)."""
+    """The metadata in effect before `version` (an empty one before version 0), or, when the
+    log no longer rebuilds `version - 1` (the oldest commit kept after cleanup), the metadata
+    as of `version`: the same unless commit `version` replaces it, and then the commit's own
+    metaData takes over at once."""
     if version == 0:
         return Metadata()
-    snapshot: Snapshot = load_snapshot(location, version - 1)
+    try:
+        snapshot: Snapshot = load_snapshot(location, version - 1)
+    except VersionNotFoundError:
+        snapshot = load_snapshot(location, version)
     return snapshot.metadata
 
 

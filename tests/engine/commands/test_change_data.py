@@ -290,3 +290,33 @@ def test_schema_of_empty_range(tmp_path: Path) -> None:
     assert got.num_rows == 0
     assert got.column_names == [*SCHEMA.names, "_change_type", "_commit_version",
                                 "_commit_timestamp"]  # fmt: skip
+
+
+@pytest.mark.parametrize("metadata_then", [False, True], ids=["same-schema", "new-column"])
+def test_changes_read_from_the_oldest_commit_kept_after_cleanup(
+    tmp_path: Path, metadata_then: bool
+) -> None:
+    """After expired-log cleanup the oldest commit kept (the checkpoint's) is where the error
+    for an earlier start says to begin: reading from it works, also when that commit changed
+    the table's metadata (a column added)."""
+    import time
+
+    from airflow_delta.engine import write_table
+
+    uri = str(tmp_path / "t")
+    config = {"delta.enableChangeDataFeed": "true", "delta.checkpointInterval": "1000"}
+    write_table(uri, pa.table({"id": [0]}), configuration=config)
+    for i in range(1, 6):
+        write_table(uri, pa.table({"id": [i]}))
+    if metadata_then:
+        write_table(uri, pa.table({"id": [6], "v": ["x"]}), schema_mode="merge")
+    else:
+        write_table(uri, pa.table({"id": [6]}))
+    log = DeltaLog.for_table(uri)
+    log.checkpoint()  # at 6
+    write_table(uri, pa.table({"id": [7]}))
+    log.cleanup_expired_logs(now_ms=int(time.time() * 1000) + 40 * 86_400_000)
+    with pytest.raises(VersionNotFoundError, match="start at 6 or later"):
+        read_changes(uri, 3)
+    changes = read_changes(uri, 6).select(["id", "_commit_version"]).to_pylist()
+    assert sorted((c["id"], c["_commit_version"]) for c in changes) == [(6, 6), (7, 7)]
