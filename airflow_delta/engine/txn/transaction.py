@@ -512,13 +512,13 @@ class OptimisticTransaction:
         Expired-log cleanup deletes commit files below a checkpoint. A writer whose snapshot
         is older than that checkpoint finds the name of its next version free again, and its
         put-if-absent succeeds below the checkpoint, where every reader starts after it. Such
-        a commit has a checkpoint at or above its version that is not newer than the commit
-        file (a later one was built from this commit, which is then visible; object stores
-        keep whole seconds, so a tie counts), and no sound predecessor: the commit or
-        checkpoint of `version - 1` is missing, or was itself written after that checkpoint
-        (another stale writer's commit, about to be withdrawn). It is deleted again and
-        StaleCommitError raised. A commit above the `_last_checkpoint` hint whose predecessor
-        exists is sound without a listing (the common case: one small read and one probe);
+        a commit has a checkpoint at or above its version older than the commit file (built
+        from the earlier commit of that number). Object stores keep whole seconds: a checkpoint
+        as old as the commit counts when the commit has no sound predecessor (the commit or
+        checkpoint of `version - 1` missing, or written after that checkpoint: another stale
+        writer's). It is deleted again and StaleCommitError raised. This holds whatever order
+        the cleanup's deletes land in. A commit above the `_last_checkpoint` hint whose
+        predecessor exists needs no listing (the common case: one small read and one probe);
         without a hint (no checkpoint yet, or the hint lost) the listing decides.
         """
         store, log_path = self.location.store, self.location.log_path
@@ -533,25 +533,25 @@ class OptimisticTransaction:
         name = filenames.delta_file(version)
         written_at = next((f.modification_time for f in listing if f.name == name), None)
         predecessor: int | None = None  # when the commit or a checkpoint of version - 1 was
-        older_checkpoints: dict[int, int] = {}  # version -> time, not newer than the commit
+        before, tied = [], []  # checkpoints at or above `version` older than the commit, same age
         for f in listing:
             parsed = filenames.parse_log_file_name(f.name)
             if parsed is None or parsed.kind not in ("commit", "checkpoint"):
                 continue
             if parsed.version == version - 1:
                 predecessor = min(predecessor or f.modification_time, f.modification_time)
-            elif (
-                parsed.kind == "checkpoint"
-                and parsed.version >= version
-                and (written_at is None or f.modification_time <= written_at)
-            ):
-                older_checkpoints[parsed.version] = f.modification_time
-        if not older_checkpoints:
+            elif parsed.kind == "checkpoint" and parsed.version >= version:
+                if written_at is None or f.modification_time < written_at:
+                    before.append((parsed.version, f.modification_time))
+                elif f.modification_time == written_at:
+                    tied.append((parsed.version, f.modification_time))
+        # a tie may be a checkpoint built from this very commit (see above)
+        if not before and (
+            not tied or (predecessor is not None and predecessor <= min(t for _, t in tied))
+        ):
             return
-        if predecessor is not None and predecessor <= min(older_checkpoints.values()):
-            return  # the predecessor predates those checkpoints: a sound chain
         store.delete(path)
-        raise self._stale_error(version, min(older_checkpoints))
+        raise self._stale_error(version, min(v for v, _ in before + tied))
 
     def _stale_error(self, version: int, checkpoint: int | None) -> StaleCommitError:
         where = f" and a checkpoint at version {checkpoint}" if checkpoint is not None else ""

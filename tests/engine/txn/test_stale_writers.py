@@ -134,6 +134,27 @@ def test_a_stale_writer_after_another_stale_writer_fails_too(
     assert log.update().version == 12
 
 
+def test_a_stale_writer_fails_whatever_order_the_cleanup_deletes_land_in(tmp_path: Path) -> None:
+    """An object store may apply a batch of deletes in any order: commit 2 gone while commit 1
+    is still there. A stale writer that read version 1 then finds its predecessor in place, but
+    the checkpoint at 12, older than its commit, shows version 2 existed before: withdrawn."""
+    table = tmp_path / "t"
+    log = new_table(table, **{"delta.checkpointInterval": "1000"})
+    log.start_transaction().commit([add("a", "v1.parquet")], APPEND)
+    stale = DeltaLog.for_table(str(table)).start_transaction()
+    for i in range(2, 13):
+        log.start_transaction().commit([add("a", f"v{i}.parquet")], APPEND)
+    log.checkpoint()
+    _age_log(table / "_delta_log", 40)
+    for version in range(2, 12):  # the cleanup's deletes so far: not commit 1 yet
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+
+    with pytest.raises(StaleCommitError, match="checkpoint at version 12"):
+        stale.commit([add("a", "lost.parquet")], APPEND)
+    assert not (table / "_delta_log" / f"{2:020d}.json").exists()
+    assert log.update().version == 12
+
+
 def test_cleanup_cutoff_is_truncated_to_the_start_of_the_day(tmp_path: Path) -> None:
     """A commit that expired an hour ago, but on the cutoff's day, stays."""
     log = new_table(tmp_path / "t", **{"delta.logRetentionDuration": "interval 1 day"})
