@@ -34,7 +34,7 @@ from airflow_delta.engine.errors import (
     VacuumRetentionError,
 )
 from airflow_delta.engine.log.log_segment import complete_checkpoints
-from airflow_delta.engine.log.log_store import LocalLogStore, LogStore
+from airflow_delta.engine.log.log_store import LocalLogStore, LogStore, is_temporary
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import filenames
@@ -549,7 +549,8 @@ def cleanup_expired_logs(
     newest checkpoint when every commit has expired). Every version from the boundary on keeps
     its checkpoint and the commits after it, so it stays readable; nothing is deleted when the
     table has no checkpoint. `_last_checkpoint` and `_sidecars/` are never touched (a v2
-    checkpoint's sidecars are left in place even when it is deleted).
+    checkpoint's sidecars are left in place even when it is deleted). Temporary files that
+    writers killed mid-write left behind go once older than the cutoff.
 
     >>> cleanup_expired_logs(TableLocation.of("/data/events"))  # doctest: +SKIP
     ['00000000000000000000.json', ...]
@@ -572,6 +573,8 @@ def cleanup_expired_logs(
         if (p.end_version if p.kind == "compaction" else p.version) < boundary  # type: ignore[operator]
         and f.modification_time < cutoff
     ]
+    # the temporary files of writers killed mid-write, as old as expired commits
+    expired += [f for f in listing if is_temporary(f.name) and f.modification_time < cutoff]
     location.store.delete_many([f.path for f in expired])  # in name order: oldest first
     log.info(
         "Deleted %s expired log files of table %s (versions below %s, older than %s ms)",

@@ -29,6 +29,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 import stat
 import threading
 import uuid
@@ -73,6 +74,16 @@ def _reset_memory_lock() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_memory_lock)
+
+
+def temporary_name(name: str) -> str:
+    """The name of a temporary file written before it is linked in as `name` (hidden, unique)."""
+    return f".{name}.{uuid.uuid4().hex}.tmp"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether `name` is a `temporary_name`: one a killed writer may leave behind."""
+    return re.fullmatch(r"\.(.+)\.[0-9a-f]{32}\.tmp", name) is not None
 
 
 @dataclass(frozen=True)
@@ -358,10 +369,11 @@ class LocalLogStore(LogStore):
             return f.read()
 
     def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
-        """Write a fsynced temporary file next to `path`, then link (or replace) it into place."""
+        """Write a fsynced temporary file next to `path` (`temporary_name`), then link (or
+        replace) it into place."""
         directory, name = os.path.split(path)
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(directory, temporary_name(name))
         try:
             with open(tmp, "xb") as f:
                 f.write(data)
@@ -382,7 +394,7 @@ class LocalLogStore(LogStore):
         `path` with it."""
         directory, name = os.path.split(path)
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(directory, temporary_name(name))
         try:
             with pa.OSFile(tmp, "wb") as sink:
                 write_row_groups(sink, tables, schema, options)

@@ -111,3 +111,24 @@ def test_cleanup_skips_an_incomplete_multi_part_checkpoint(tmp_path: Path) -> No
     assert f"{3:020d}.json" not in deleted  # checkpoint 4 is incomplete: 2 is the boundary
     assert set(deleted) == {f"{v:020d}.json" for v in range(2)}
     assert_versions(delta_log, counts, first_readable=2)
+
+
+def test_cleanup_deletes_what_killed_writers_left_once_expired(tmp_path: Path) -> None:
+    """A writer killed mid-write leaves its hidden temporary file in `_delta_log`
+    (`.<name>.<hex>.tmp`); cleanup removes such files once they are as old as the commits it
+    deletes, never a fresh one (it may be a live writer's), and no other hidden file."""
+    from airflow_delta.engine.log.log_store import temporary_name
+
+    delta_log, counts = appended_table(tmp_path / "t", 12)  # a checkpoint at 10
+    old = [log_dir(delta_log) / temporary_name(n) for n in ("00000000000000000013.json", "x")]
+    fresh = log_dir(delta_log) / temporary_name("00000000000000000014.json")
+    other = log_dir(delta_log) / ".keep.tmp"
+    for path in (*old, fresh, other):
+        path.write_bytes(b"partial")
+    age([p for p in log_dir(delta_log).iterdir() if p not in (fresh,)], days=31)
+
+    deleted = cleanup_expired_logs(delta_log.location)
+
+    assert {p.name for p in old} <= set(deleted)
+    assert fresh.exists() and other.exists() and not any(p.exists() for p in old)
+    assert_versions(delta_log, counts, first_readable=10)
