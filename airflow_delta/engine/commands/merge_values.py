@@ -67,13 +67,14 @@ def cast_to_field(
         ) from None
 
 
-def _one_string(text: str) -> bool:
-    """Whether `text` is one string literal (quotes and escapes as Spark SQL reads them)."""
+def _string_value(text: str) -> str | None:
+    """The value of `text` when it is one string literal (quotes and escapes as Spark SQL
+    reads them), else None."""
     try:
         tokens = tokenize(text)
     except InvalidPredicateError:
-        return False
-    return len(tokens) == 2 and tokens[0].kind == "string"
+        return None
+    return tokens[0].value if len(tokens) == 2 and tokens[0].kind == "string" else None
 
 
 def sql_literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
@@ -89,8 +90,8 @@ def sql_literal(sql: str, type_: pa.DataType, table: str) -> pa.Scalar | None:
         value = decimal.Decimal(text) if "." in text else int(text)
         if pa.types.is_floating(type_):
             value = float(value)
-    elif _one_string(text):
-        value = tokenize(text)[0].value
+    elif (string := _string_value(text)) is not None:
+        value = string
     else:
         raise UnsupportedMergeError(
             f"MERGE into {table}: the in-process MERGE evaluates column references and "
