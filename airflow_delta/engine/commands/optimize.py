@@ -272,13 +272,13 @@ def _considered(txn: OptimisticTransaction, partition_filter: str | None) -> pa.
     fields = json.loads(txn.metadata.schema_string or '{"fields": []}')["fields"]
     by_name = {f["name"]: f for f in fields}
     partitions = {c: by_name.get(c, "string") for c in txn.metadata.partition_columns}
-    with naming_table(txn.table, txn.read_version):
-        predicate = parse_predicates(partition_filter, partitions)
     files = txn.snapshot.files()
     clustered = pc.struct_field(files, "clusteringProvider")
     if clustered.null_count != len(files):
         files = files.filter(pc.is_null(clustered))
-    return files if predicate.matches_all() else files.filter(predicate.evaluate(files))
+    with naming_table(txn.table, txn.read_version):
+        predicate = parse_predicates(partition_filter, partitions)
+        return files if predicate.matches_all() else files.filter(predicate.evaluate(files))
 
 
 def _bins(plan: _Plan) -> list[_Bin]:

@@ -228,6 +228,9 @@ MALFORMED_PARTITION_CALLS = {
     "delete": lambda uri: __import__("airflow_delta.engine").engine.delete(
         uri, "day > DATE '2020-01-01'"
     ),
+    "optimize": lambda uri: __import__("airflow_delta.engine").engine.optimize(
+        uri, partition_filter="day > DATE '2020-01-01'"
+    ),
 }
 
 
