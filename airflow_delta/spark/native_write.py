@@ -34,11 +34,10 @@ from pyspark.sql import DataFrame
 from airflow_delta.engine.commands.data_files import (
     DEFAULT_TARGET_FILE_SIZE,
     PATH_SAFE,
-    FileStats,
     WritePlan,
     add_files,
-    stats_leaves,
 )
+from airflow_delta.engine.commands.file_stats import FileStats, stats_leaves
 from airflow_delta.engine.commands.maintenance import STAGING_DIR_PREFIX
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
 from airflow_delta.engine.protocol.schema import partition_path, unescape_partition_value

@@ -213,3 +213,71 @@ def test_stats_converted_from_stats_parsed_are_delta_json(tmp_path: Path) -> Non
     query = f"SELECT id FROM delta_scan('{uri}') WHERE f > 0.5 OR ts < TIMESTAMPTZ '2000-01-01'"
     assert sorted(r[0] for r in con.execute(query).fetchall()) == expected
     assert sorted(read_table(uri, ["id"], "f > 0.5").column("id").to_pylist()) == expected
+
+
+NAN_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("x", pa.float64()),
+        ("y", pa.float32()),
+        ("s", pa.struct([("f", pa.float64()), ("g", pa.int32())])),
+        ("l", pa.list_(pa.float64())),
+    ]
+)
+
+
+def _nan_rows(ids: list[int], nan: bool) -> pa.Table:
+    x = [float("nan") if nan and i % 2 else 0.5 for i in ids]
+    return pa.table(
+        {
+            "id": ids,
+            "x": x,
+            "y": [0.5] * len(ids),
+            "s": [{"f": v, "g": 1} for v in x],
+            "l": [[v] for v in x],
+        },
+        NAN_SCHEMA,
+    )
+
+
+def _footer_bounds(path: Path) -> set[str]:
+    """The leaf columns with min/max in some row group of the parquet file at `path`."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(path)
+    return {
+        meta.row_group(g).column(c).path_in_schema
+        for g in range(meta.num_row_groups)
+        for c in range(meta.num_columns)
+        if (stats := meta.row_group(g).column(c).statistics) is not None and stats.has_min_max
+    }
+
+
+def test_a_nan_is_not_hidden_by_the_footer_bounds(tmp_path: Path) -> None:
+    """pyarrow leaves NaN out of a float column's footer min/max, so DuckDB's (and Spark's)
+    row-group filter skipped the NaN rows `x > 1` must return: a file holding NaN in a float
+    leaf writes no min/max for it (one whose first row group had none is rolled when a NaN
+    comes); the leaves without NaN keep theirs."""
+    from airflow_delta.engine import write_table
+    from airflow_delta.engine.commands.data_files import DataFileWriter, WritePlan, add_files
+
+    uri = str(tmp_path / "t")
+    write_table(uri, _nan_rows([0, 1, 2, 3], nan=True))
+    txn = DeltaLog.for_table(uri).start_transaction()
+    writer = DataFileWriter(WritePlan.for_table(txn.location, txn.metadata))
+    writer.row_group_bytes = 1  # a row group per add: the NaN comes in the second
+    writer.add({}, _nan_rows([4, 6], nan=False))
+    writer.add({}, _nan_rows([5, 7], nan=True))
+    txn.commit(add_files(writer.finish()), Operation("WRITE"))
+
+    footers = {p.name: _footer_bounds(p) for p in tmp_path.glob("t/*.parquet")}
+    assert len(footers) == 3, footers
+    with_nan = [bounds for bounds in footers.values() if "x" not in bounds]
+    assert len(with_nan) == 2  # the first write's file and the rolled one
+    assert all(b == {"id", "y", "s.g"} for b in with_nan), footers
+    assert {"id", "x", "y", "s.f", "s.g"} in footers.values()  # no NaN: every bound but lists
+    query = f"SELECT id FROM delta_scan('{uri}') WHERE {{}} ORDER BY id"
+    con = _connect()
+    for where in ("x > 1", "s.f > 1", "isnan(x)"):  # DuckDB orders NaN above every number
+        assert [r[0] for r in con.execute(query.format(where)).fetchall()] == [1, 3, 5, 7]
+    assert [r[0] for r in con.execute(query.format("x < 1")).fetchall()] == [0, 2, 4, 6]

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_delta.engine.commands.file_stats import FileStats, footer_statistics, stats_leaves
 from airflow_delta.engine.errors import ConstraintViolationError
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.log_store import get_log_store
@@ -47,7 +48,6 @@ from airflow_delta.engine.protocol.column_mapping import (
     COLUMN_MAPPING_PHYSICAL_NAME,
 )
 from airflow_delta.engine.protocol.config import TableConfig
-from airflow_delta.engine.protocol.log_json import stats_json, stats_value
 from airflow_delta.engine.protocol.schema import (
     delta_field_metadata,
     is_variant,
@@ -108,86 +108,6 @@ def _file_type(t: pa.DataType, column_mapping: bool) -> pa.DataType:
     if pa.types.is_list(t):
         return pa.list_(pa.field(t.value_field.name, _file_type(t.value_type, column_mapping)))
     return t
-
-
-def _has_min_max(t: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-    )
-
-
-def stats_leaves(schema: pa.Schema, num_indexed: int) -> list[tuple[tuple[str, ...], bool]]:
-    """(path, has min/max) of the leaf columns that get stats: the first `num_indexed` (-1: all)."""
-    leaves: list[tuple[tuple[str, ...], bool]] = []
-
-    def walk(fields: pa.Schema | pa.StructType, prefix: tuple[str, ...]) -> None:
-        for f in fields:
-            if is_variant(f.type):  # one leaf: its nullCount, never min/max (not comparable)
-                leaves.append(((*prefix, f.name), False))
-            elif pa.types.is_struct(f.type):
-                walk(f.type, (*prefix, f.name))
-            else:
-                leaves.append(((*prefix, f.name), _has_min_max(f.type)))
-
-    walk(schema, ())
-    return leaves if num_indexed < 0 else leaves[:num_indexed]
-
-
-class FileStats:
-    """numRecords and per-leaf min, max and null count of one data file, chunk by chunk."""
-
-    def __init__(self, leaves: list[tuple[tuple[str, ...], bool]]) -> None:
-        self.leaves = leaves
-        self.rows = 0
-        self.mins: dict[tuple[str, ...], Any] = {}
-        self.maxs: dict[tuple[str, ...], Any] = {}
-        self.nulls: dict[tuple[str, ...], int] = {}
-        self.nan: set[tuple[str, ...]] = set()
-
-    def update(self, table: pa.Table) -> None:
-        self.rows += table.num_rows
-        for path, has_min_max in self.leaves:
-            column: Any = table.column(path[0])
-            for name in path[1:]:
-                column = pc.struct_field(column, name)  # nulls of the parents included
-            self.nulls[path] = self.nulls.get(path, 0) + column.null_count
-            if not has_min_max:
-                continue
-            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
-                self.nan.add(path)
-            bounds = pc.min_max(column)
-            low, high = bounds["min"].as_py(), bounds["max"].as_py()
-            if low is not None:
-                self.mins[path] = min(self.mins.get(path, low), low)
-                self.maxs[path] = max(self.maxs.get(path, high), high)
-
-    def to_json(self) -> str:
-        mins: dict[str, Any] = {}
-        maxs: dict[str, Any] = {}
-        nulls: dict[str, Any] = {}
-        for path, _ in self.leaves:
-            _put(nulls, path, self.nulls.get(path, 0))
-            if path in self.nan or path not in self.mins:
-                continue
-            _put(mins, path, stats_value(self.mins[path], upper=False))
-            _put(maxs, path, stats_value(self.maxs[path], upper=True))
-        stats = {"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-        return stats_json(stats)
-
-
-def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    """Set `tree[path[0]][path[1]]...` to `value` (None: leave it out)."""
-    if value is None:
-        return
-    for name in path[:-1]:
-        tree = tree.setdefault(name, {})
-    tree[path[-1]] = value
 
 
 # --------------------------------------------------------------------------- writing
@@ -267,6 +187,8 @@ class _OpenFile:
     sink: Any
     writer: pq.ParquetWriter
     stats: FileStats
+    #: Its floating-point leaves without footer min/max (`footer_statistics`).
+    unbounded: frozenset[str]
 
 
 class DataFileWriter:
@@ -279,6 +201,7 @@ class DataFileWriter:
         self.store = get_log_store(plan.uri, plan.storage_options)[0]
         self.prefix = f"{'cdc' if plan.change_data else 'part'}-{task:05d}-{uuid.uuid4()}"
         self.leaves = stats_leaves(plan.stats_schema, plan.num_indexed_cols)
+        self.footer = footer_statistics(plan.data_schema)
         self.row_group_bytes = min(ROW_GROUP_BYTES, plan.target_file_size)
         self.values: dict[str, str | None] | None = None
         self.pending: list[pa.Table] = []
@@ -319,14 +242,28 @@ class DataFileWriter:
             return
         table = pa.concat_tables(self.pending)
         self.pending, self.pending_bytes = [], 0
+        nan = self._nan_leaves(table)
+        if self.current is not None and not nan <= self.current.unbounded:
+            self._close()  # the open file's footer bounds would hide these NaNs
         if self.current is None:
-            self.current = self._open(dictionary_columns(table))
+            self.current = self._open(dictionary_columns(table), nan)
         self.current.writer.write_table(table, row_group_size=table.num_rows)
         self.current.stats.update(table)
         if self.current.sink.tell() >= self.plan.target_file_size:
             self._close()
 
-    def _open(self, use_dictionary: bool | list[str]) -> _OpenFile:
+    def _nan_leaves(self, table: pa.Table) -> frozenset[str]:
+        """The floating-point leaves (`footer_statistics`) holding a NaN in `table`."""
+        found = []
+        for path, names in self.footer.floats.items():
+            column: Any = table.column(names[0])
+            for name in names[1:]:
+                column = pc.struct_field(column, name)
+            if pc.any(pc.is_nan(column)).as_py():
+                found.append(path)
+        return frozenset(found)
+
+    def _open(self, use_dictionary: bool | list[str], unbounded: frozenset[str]) -> _OpenFile:
         assert self.values is not None
         name = f"{self.prefix}.c{len(self.written):03d}.snappy.parquet"
         directory = partition_path(self.values, self.plan.partition_columns)
@@ -337,9 +274,13 @@ class DataFileWriter:
         sink = self.store.open_output(path)
         self.written.append(path)
         writer = pq.ParquetWriter(
-            sink, self.plan.data_schema, compression="snappy", use_dictionary=use_dictionary
+            sink,
+            self.plan.data_schema,
+            compression="snappy",
+            use_dictionary=use_dictionary,
+            write_statistics=self.footer.written(unbounded),
         )
-        return _OpenFile(relative, self.values, sink, writer, FileStats(self.leaves))
+        return _OpenFile(relative, self.values, sink, writer, FileStats(self.leaves), unbounded)
 
     def _close(self) -> None:
         if self.current is None:
