@@ -3,6 +3,10 @@ constraints (`delta.constraints.*`), and the columns the table fills itself: ide
 (values handed out from the high-water mark) and generated columns (`delta.generationExpression`,
 computed with `F.expr` where the row has no value, checked with `<=>` where it has one).
 
+`stored_value` casts an assigned value to its column's type as Delta stores it (a value the type
+cannot hold fails the task, whatever `spark.sql.ansi.enabled` says), and
+`store_assignment_errors` turns that failure into InvalidArgumentError on the driver.
+
 `fill_generated_columns` turns a DataFrame normalised to the table schema into the rows to
 write, the constraints of its generated columns and the last identity values handed out;
 `identity_high_water_marks` takes the new high-water marks from the written files' stats (or
@@ -11,14 +15,15 @@ those last values), for the commit's metadata.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_delta.engine.errors import DeltaProtocolError
+from airflow_delta.engine.errors import DeltaProtocolError, InvalidArgumentError
 from airflow_delta.engine.expressions.constraints import (  # re-exported: their former home
     Constraint as Constraint,
 )
@@ -77,6 +82,46 @@ def fill_generated_columns(
             )
         )
     return data, checks, handed_out
+
+
+#: Starts the message of a task that met a value its column cannot hold.
+_STORE_MARK = "[DELTA_STORE_ASSIGNMENT] "
+
+
+def stored_value(value: Column, field: T.StructField, command: str) -> Column:
+    """`value` (an assignment of `command`, e.g. "UPDATE of <table>") cast to the type of
+    column `field`, as delta-spark's ANSI store assignment does whatever
+    `spark.sql.ansi.enabled` says: a value the type cannot hold (an int overflow, a decimal
+    beyond its precision, a string that is no number) fails the task instead of wrapping or
+    becoming NULL; `store_assignment_errors` reports it."""
+    cast = value.try_cast(field.dataType)
+    problem = F.concat(
+        F.lit(
+            f"{_STORE_MARK}{command}: column {field.name} "
+            f"({field.dataType.simpleString()}) cannot hold the assigned value "
+        ),
+        F.coalesce(value.try_cast("string"), F.lit("?")),
+    )
+    return F.when(value.isNotNull() & cast.isNull(), F.raise_error(problem)).otherwise(cast)
+
+
+@contextlib.contextmanager
+def store_assignment_errors(version: int) -> Iterator[None]:
+    """Turn the failure of a Spark job that met a value its column cannot hold
+    (`stored_value`) into InvalidArgumentError naming the table, the version and the fix."""
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc)
+        at = text.find(_STORE_MARK)
+        if at < 0 or isinstance(exc, InvalidArgumentError):
+            raise
+        problem = text[at + len(_STORE_MARK) :].splitlines()[0].split(" SQLSTATE:")[0]
+        raise InvalidArgumentError(
+            f"{problem.rstrip('. ')}; nothing was written (the table stays at version "
+            f"{version}). Cast the assignment to the column's type or filter the rows it "
+            "cannot hold."
+        ) from None
 
 
 #: The low bits of `monotonically_increasing_id()`: a row's position in its partition (the

@@ -78,6 +78,7 @@ from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
+from airflow_delta.spark.constraints import store_assignment_errors, stored_value
 from airflow_delta.spark.deletion_vectors import (
     DeletionVectorChanges,
     RowIndexes,
@@ -280,7 +281,8 @@ def _write(
             return write_change_files(scan.txn, output)
         return write_files(scan.txn, output), []
 
-    return write() if dvs is None else dvs.write(write)
+    with store_assignment_errors(scan.txn.read_version):
+        return write() if dvs is None else dvs.write(write)
 
 
 def _deletion_vectors(scan: _Scan) -> DeletionVectorChanges | None:
@@ -459,7 +461,7 @@ def _updated_rows(
             continue
         current = F.col(quote_identifier(field.name))
         if field.name in assigned:
-            value = F.expr(assigned[field.name]).cast(field.dataType)
+            value = stored_value(F.expr(assigned[field.name]), field, f"UPDATE of {txn.table}")
             current = F.when(updating, value).otherwise(current)
         elif field.name in generated:
             current = F.when(updating, F.lit(None).cast(field.dataType)).otherwise(current)

@@ -95,6 +95,7 @@ from airflow_delta.engine.protocol.action_types import live_num_records
 from airflow_delta.engine.protocol.actions import Action, AddCDCFile, AddFile
 from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
+from airflow_delta.spark.constraints import store_assignment_errors, stored_value
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
 from airflow_delta.spark.merge_matches import CLAUSE as _ACTION
 from airflow_delta.spark.merge_matches import FILE as _FILE
@@ -242,7 +243,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                     return write_change_files(txn, output)
                 return write_files(txn, output), []
 
-            adds, cdcs = write() if dvs is None else dvs.write(write)
+            with store_assignment_errors(txn.read_version):
+                adds, cdcs = write() if dvs is None else dvs.write(write)
         finally:
             found.release()
         if dvs is None:
@@ -568,14 +570,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     def _output(self, field: StructField, clauses: list[MergeClause], default: Column) -> Column:
         """Column `field` of an output row: the assignment of the clause applied, else `default`."""
         value: Column | None = None
+        command = f"MERGE into {self.target_uri}"
         for i, clause in enumerate(clauses):
             sql = self._resolve(clause, field.name)
-            if sql is not None:
-                applied = F.col(_ACTION) == i
-                if value is None:
-                    value = F.when(applied, F.expr(sql))
-                else:
-                    value = value.when(applied, F.expr(sql))
+            if sql is not None:  # each cast on its own: the CASE keeps the column's type
+                applied, assigned = F.col(_ACTION) == i, stored_value(F.expr(sql), field, command)
+                value = (F if value is None else value).when(applied, assigned)
         value = default if value is None else value.otherwise(default)
         return value.cast(field.dataType).alias(field.name)
 
