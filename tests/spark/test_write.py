@@ -13,6 +13,7 @@ import decimal
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from airflow_delta.engine import CommitProperties, DeltaLog, Operation, SetTransaction
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
+    InvalidCommitError,
     SchemaMismatchError,
     TableAlreadyExistsError,
 )
@@ -688,3 +690,37 @@ def test_a_missing_nullable_column_is_written_as_null_with_a_warning(
         caplog.text
     )
     assert engine_rows(table) == [{"id": 1, "note": None, "twice": 2}]
+
+
+@pytest.mark.parametrize(
+    ("columns", "partition_by", "error", "problem"),
+    [
+        (["id", "'a' AS k"], ["k", "K"], InvalidCommitError, "name a column twice"),
+        (["id", "'a' AS k"], ["k", "k"], InvalidCommitError, "name a column twice"),
+        (["id", "'a' AS k"], ["id", "k"], InvalidCommitError, "cannot use all columns"),
+        (["id", "NULL AS n"], None, SchemaMismatchError, "column n has no type"),
+        (
+            ["id", "'a' AS k", "named_struct('x', NULL) AS s"],
+            ["k"],
+            SchemaMismatchError,
+            "column s.x has no type",
+        ),
+    ],
+)
+def test_tables_other_engines_cannot_read_are_refused_before_the_job(
+    spark: SparkSession,
+    tmp_path: Path,
+    columns: list[str],
+    partition_by: list[str] | None,
+    error: type[Exception],
+    problem: str,
+) -> None:
+    """A repeated partition column committed `["k","k"]` (deltalake: "Duplicate partition
+    column"); every column a partition column and a NullType column crashed the executors'
+    file writer with a bare PythonException. Typed errors naming the table, nothing written."""
+    uri = tmp_path / "t"
+    df = spark.range(1).selectExpr(*columns)
+    with pytest.raises(error, match=re.escape(problem)) as caught:
+        write_delta(df, str(uri), partition_by=partition_by)
+    assert str(uri) in str(caught.value)
+    assert not uri.exists() or not any(uri.rglob("*.*"))

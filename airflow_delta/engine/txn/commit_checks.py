@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from airflow_delta.engine.errors import InvalidCommitError
+from airflow_delta.engine.errors import InvalidCommitError, SchemaMismatchError
 from airflow_delta.engine.protocol.actions import (
     Action,
     AddFile,
@@ -63,11 +63,20 @@ def check_file_actions(
 def check_new_metadata(metadata: Metadata, table: str) -> None:
     """InvalidCommitError for a metadata without a struct schema, with invalid column names,
     with a schema column mapping does not cover (when the table maps columns), or with a
-    partition column missing from the schema or not of a primitive type."""
+    partition column missing from the schema, not of a primitive type, named twice, or with
+    every column a partition column (as delta-spark refuses); SchemaMismatchError for a
+    column of type `void` (Spark's NullType)."""
     schema = json.loads(metadata.schema_string or "null")
     if not isinstance(schema, dict) or schema.get("type") != "struct":
         raise InvalidCommitError(f"Table {table}: metadata has no struct schemaString")
     names = [f["name"] for f in schema.get("fields", [])]
+    untyped = next(_void_columns(schema, ""), None)
+    if untyped is not None:
+        raise SchemaMismatchError(
+            f"Table {table}: column {untyped} has no type (every value NULL, Spark's NullType "
+            "`void`), which Delta cannot store; cast it to the type the column should have "
+            "(e.g. F.lit(None).cast('string'))"
+        )
     mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
     check_names(names, mapping, table)
     if mapping:
@@ -80,7 +89,18 @@ def check_new_metadata(metadata: Metadata, table: str) -> None:
                 "schema is not mapped: " + "; ".join(problems)
             )
     top = {f["name"]: f["type"] for f in schema.get("fields", [])}
-    for column in metadata.partition_columns:
+    partitions = metadata.partition_columns
+    if len({c.lower() for c in partitions}) != len(partitions):
+        raise InvalidCommitError(
+            f"Table {table}: partition columns {list(partitions)} name a column twice; "
+            "name each partition column once"
+        )
+    if partitions and len(partitions) >= len(top):
+        raise InvalidCommitError(
+            f"Table {table}: cannot use all columns ({', '.join(names)}) for partition "
+            "columns: data files need a data column; partition by fewer columns"
+        )
+    for column in partitions:
         if column not in top:
             raise InvalidCommitError(
                 f"Table {table}: partition column '{column}' is not in the schema "
@@ -90,6 +110,19 @@ def check_new_metadata(metadata: Metadata, table: str) -> None:
             raise InvalidCommitError(
                 f"Table {table}: partition column '{column}' must have a primitive type"
             )
+
+
+def _void_columns(data_type: object, path: str) -> Iterator[str]:
+    """The paths of the columns of type `void` in a Delta schema (JSON) type."""
+    if data_type == "void":
+        yield path or "?"
+    if not isinstance(data_type, dict):
+        return
+    for f in data_type.get("fields", []) if data_type.get("type") == "struct" else []:
+        yield from _void_columns(f.get("type"), f"{path}.{f.get('name')}".lstrip("."))
+    for key in ("elementType", "keyType", "valueType"):
+        if key in data_type:
+            yield from _void_columns(data_type[key], f"{path}.{key}")
 
 
 def features_wanted(metadata: Metadata, new_table: bool) -> set[str]:

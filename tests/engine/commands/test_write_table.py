@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -327,3 +328,24 @@ def test_partition_values_with_quotes_and_backslashes_are_replaced_exactly(
     )
     rows = DeltaTable(uri).to_pyarrow_dataset().to_table().to_pylist()
     assert sorted((r["id"], r["p"]) for r in rows) == [(2, value + "x"), (9, value)]
+
+
+@pytest.mark.parametrize(
+    ("partition_by", "problem"),
+    [
+        (["k", "k"], "name a column twice"),
+        (["k", "K"], "name a column twice"),
+        (["id", "k"], "cannot use all columns (id, k) for partition columns"),
+    ],
+)
+def test_partition_columns_other_engines_refuse(
+    tmp_path: Path, partition_by: list[str], problem: str
+) -> None:
+    """A repeated partition column (deltalake then fails with "Duplicate partition column")
+    or every column a partition column (the file writer crashed: no data column) is refused
+    before anything is written, for every writer (the metadata check of a new table)."""
+    uri = tmp_path / "t"
+    with pytest.raises(InvalidCommitError, match=re.escape(problem)) as caught:
+        write_table(str(uri), pa.table({"id": [1], "k": ["a"]}), partition_by=partition_by)
+    assert str(uri) in str(caught.value)
+    assert not uri.exists() or not any(uri.rglob("*.*"))
