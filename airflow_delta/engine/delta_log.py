@@ -18,6 +18,7 @@ from airflow_delta.engine.commands import maintenance
 from airflow_delta.engine.commands.maintenance import ManifestUpdate, VacuumResult
 from airflow_delta.engine.errors import (
     DeltaConcurrentModificationException,
+    InvalidArgumentError,
     SchemaMismatchError,
     TableAlreadyExistsError,
     VersionNotFoundError,
@@ -85,7 +86,10 @@ class DeltaLog:
     ) -> Snapshot:
         """The snapshot at `version`, or the latest committed at or before `timestamp`."""
         if version is not None and timestamp is not None:
-            raise ValueError("pass either version or timestamp, not both")
+            raise InvalidArgumentError(
+                f"Reading {self.table_uri}: pass either version or timestamp, not both "
+                f"(got version={version!r}, timestamp={timestamp!r})"
+            )
         if timestamp is not None:
             version = self.version_at_timestamp(timestamp)
         return load_snapshot(self.location, version)

@@ -87,6 +87,7 @@ from airflow_delta.spark.deletion_vectors import (
     index_lists,
 )
 from airflow_delta.spark.read import scan_files
+from airflow_delta.spark.sql_errors import spark_expressions, spark_predicate
 from airflow_delta.spark.write import table_name, write_change_files, write_files
 
 if TYPE_CHECKING:
@@ -173,12 +174,13 @@ def _start(
     check_writable(name, txn)
     pruning = pruning_predicates(txn, predicate)
     files = txn.filter_files_arrow(pruning or None)
-    matched = F.coalesce(F.expr(predicate), F.lit(False)) if predicate else F.lit(True)
     dvs = deletion_vectors_enabled(txn)
     counts = _whole_files(txn, files, predicate, pruning)
     indexes: dict[str, RowIndexes] = {}
-    if counts is None:
-        counts, indexes = _matching_rows(spark, txn, files, matched, dvs)
+    with spark_predicate(predicate, txn.table, txn.read_version):
+        matched = F.coalesce(F.expr(predicate), F.lit(False)) if predicate else F.lit(True)
+        if counts is None:
+            counts, indexes = _matching_rows(spark, txn, files, matched, dvs)
     scan_ms = _ms_since(started)
     return _Scan(spark, operation, txn, files, matched, counts, indexes, dvs, started, scan_ms)
 
@@ -408,7 +410,9 @@ def update(
         rows = scan.rows(touched)
         if dvs is not None:  # the other rows stay in place
             rows = rows.where(F.col(_MATCHED))
-        output = _updated_rows(rows, txn, assigned, changes)
+        fix = "Fix the assignments (set): Spark SQL over the table's columns."
+        with spark_expressions(f"UPDATE of {txn.table}", txn.read_version, fix):
+            output = _updated_rows(rows, txn, assigned, changes)
     written = _write(scan, output, changes and output is not None, dvs)
     metrics = {
         "numUpdatedRows": sum(m for _, m in scan.counts.values()),

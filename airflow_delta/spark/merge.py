@@ -63,6 +63,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pyarrow as pa
@@ -99,9 +100,9 @@ from airflow_delta.spark.constraints import store_assignment_errors, stored_valu
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
 from airflow_delta.spark.merge_matches import CLAUSE as _ACTION
 from airflow_delta.spark.merge_matches import FILE as _FILE
+from airflow_delta.spark.merge_matches import RESERVED, Found, check_reserved_names, count_matches
 from airflow_delta.spark.merge_matches import ROW as _ROW
 from airflow_delta.spark.merge_matches import SOURCE as _SOURCE
-from airflow_delta.spark.merge_matches import Found, count_matches
 from airflow_delta.spark.merge_source import (
     IN_PROCESS_SOURCE_BYTES,
     SourceFacts,
@@ -110,6 +111,7 @@ from airflow_delta.spark.merge_source import (
     spark_source,
 )
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
+from airflow_delta.spark.sql_errors import spark_expressions
 from airflow_delta.spark.write import write_change_files, write_files
 
 __all__ = [
@@ -123,9 +125,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_TARGET = "__delta_merge_target_row"
-_BEFORE = "__delta_merge_preimage"
-_KEY = "__delta_merge_key"
+_TARGET = f"{RESERVED}target_row"
+_BEFORE = f"{RESERVED}preimage"
+_KEY = f"{RESERVED}key"
 #: The change a row of each clause action records on a change-data-feed table.
 _CHANGE_TYPES = {"insert": "insert", "update": "update_postimage", "delete": "delete"}
 
@@ -209,8 +211,12 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     def _write_spark(self, txn: OptimisticTransaction) -> tuple[list[Action], dict[str, int]]:
         """Read the candidate files, write the changed rows on Spark; actions and metrics."""
         spark, snapshot = self.source_df.sparkSession, txn.snapshot
-        # one job: the row count, the pruning bounds (and a partition column's values)
-        self._facts = SourceFacts(self.source_df, self._pruning_columns(txn))
+        where = f"{self.target_uri} (version {txn.read_version})"
+        check_reserved_names(where, [f.name for f in txn.metadata.schema], "table")
+        check_reserved_names(where, self.source_df.columns, "source")
+        with self._spark_sql(txn):
+            # one job: the row count, the pruning bounds (and a partition column's values)
+            self._facts = SourceFacts(self.source_df, self._pruning_columns(txn))
         files = txn.filter_files_arrow(self._pruning_predicates(txn))
         target = scan_files(spark, snapshot, files)
         fields = target.schema.fields
@@ -223,7 +229,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         found = Found(per_clause=[0] * len(modifying))
         if modifying:
             identified = self._identified_rows(spark, snapshot, files, target)
-            found = self._find_touched_files(source, identified, modifying, self._join_keys())
+            with self._spark_sql(txn):
+                found = self._find_touched_files(source, identified, modifying, self._join_keys())
         try:  # the search's cached matches serve the write
             paths = pa.array(found.paths, pa.string())
             touched = files.filter(pc.is_in(files.field("path"), paths))
@@ -234,7 +241,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             dvs = None
             if self._dvs:  # the touched files keep their unmodified rows under a DV
                 dvs = file_changes(spark, txn, touched, found.modified, _FILE)
-            output = self._output_rows(source, target, snapshot, (touched, len(files)), found)
+            with self._spark_sql(txn):
+                output = self._output_rows(source, target, snapshot, (touched, len(files)), found)
 
             def write() -> tuple[list[AddFile], list[AddCDCFile]]:
                 if output is None:
@@ -257,6 +265,14 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if dvs is not None:
             actions, metrics = with_deletion_vectors(actions, metrics, touched, dvs)
         return [*actions, *cdcs], metrics | {"numTargetChangeFilesAdded": len(cdcs)}
+
+    def _spark_sql(self, txn: OptimisticTransaction) -> AbstractContextManager[None]:
+        """Spark's errors of the condition's and clauses' SQL as InvalidArgumentError."""
+        fix = (
+            f"Fix the condition or the clauses: source columns as {self.source_alias}.<name>, "
+            f"target columns as {self.target_alias}.<name>."
+        )
+        return spark_expressions(f"MERGE into {self.target_uri}", txn.read_version, fix)
 
     def _output_rows(
         self,

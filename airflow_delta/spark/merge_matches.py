@@ -17,14 +17,37 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from airflow_delta.engine.errors import InvalidArgumentError
 from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
 
-__all__ = ["CLAUSE", "FILE", "ROW", "SOURCE", "Found", "count_matches"]
+__all__ = [
+    "CLAUSE",
+    "FILE",
+    "RESERVED",
+    "ROW",
+    "SOURCE",
+    "Found",
+    "check_reserved_names",
+    "count_matches",
+]
 
-FILE = "__delta_merge_file"
-ROW = "__delta_merge_row_id"
-SOURCE = "__delta_merge_source_row"
-CLAUSE = "__delta_merge_clause"
+#: Starts the name of every column the Spark MERGE adds to its rows.
+RESERVED = "__delta_merge_"
+FILE = f"{RESERVED}file"
+ROW = f"{RESERVED}row_id"
+SOURCE = f"{RESERVED}source_row"
+CLAUSE = f"{RESERVED}clause"
+
+
+def check_reserved_names(table: str, columns: list[str], side: str) -> None:
+    """InvalidArgumentError for a column of the MERGE's `side` ("source", "table") whose name
+    starts like the columns the Spark MERGE adds (Spark would find two of that name)."""
+    clashing = [c for c in columns if c.lower().startswith(RESERVED)]
+    if clashing:
+        raise InvalidArgumentError(
+            f"MERGE into {table}: the {side}'s columns {clashing} start with {RESERVED!r}, "
+            "which the MERGE on Spark keeps for its own columns; rename them"
+        )
 
 
 @dataclass

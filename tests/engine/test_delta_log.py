@@ -16,7 +16,11 @@ import pytest
 
 from airflow_delta.engine import DeltaLog, Operation
 from airflow_delta.engine.commands.maintenance import MANIFEST_LOCATION
-from airflow_delta.engine.errors import TableAlreadyExistsError, VersionNotFoundError
+from airflow_delta.engine.errors import (
+    InvalidArgumentError,
+    TableAlreadyExistsError,
+    VersionNotFoundError,
+)
 from airflow_delta.engine.protocol.schema import DELTA_METADATA_KEY
 from tests.engine.commands.test_maintenance_vacuum import OLD_UNREFERENCED, build_table
 from tests.txn_helpers import SCHEMA, append, new_table
@@ -158,8 +162,9 @@ def test_snapshot_at_a_version_or_a_timestamp(tmp_path) -> None:
     assert log.version_at_timestamp(stamps[1][1]) == 1
     assert log.snapshot_at(timestamp=stamps[0][1]).version == 0
     assert log.snapshot_at(version=0).num_files == 0
-    with pytest.raises(ValueError, match="either version or timestamp"):
+    with pytest.raises(InvalidArgumentError, match="either version or timestamp") as caught:
         log.snapshot_at(version=0, timestamp=stamps[0][1])
+    assert log.table_uri in str(caught.value)
     with pytest.raises(VersionNotFoundError, match="before the earliest available commit"):
         log.version_at_timestamp(stamps[0][1] - 1)
 
