@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -137,3 +138,20 @@ def test_in_process_merge_on_s3(tmp_path, s3_bucket) -> None:
         target.write_bytes(store.fs.cat_file(path))
     rows = DeltaTable(str(local_copy)).to_pyarrow_dataset().to_table().to_pylist()
     assert sorted((r["id"], r["part"]) for r in rows) == [(1, "a"), (2, "a"), (3, "c"), (4, "a")]
+
+
+def test_a_write_to_a_missing_bucket_fails_and_creates_no_bucket(s3_bucket) -> None:
+    """s3fs's makedirs creates a missing bucket: a write to a mistyped one made it (in the
+    store's region, outside any policy) instead of failing as delta-rs and Spark's S3A do."""
+    import pyarrow as pa
+
+    from airflow_delta.engine import write_table
+    from tests.conftest import s3_client
+
+    _, options = s3_bucket
+    missing = f"typo-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(TableNotFoundError, match=r"bucket \(or container\) does not") as caught:
+        write_table(f"s3://{missing}/events", pa.table({"id": [1]}), storage_options=options)
+    assert f"{missing}/events" in str(caught.value)
+    buckets = [b["Name"] for b in s3_client(options).list_buckets()["Buckets"]]
+    assert missing not in buckets

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.file_stats import FileStats, footer_statistics, stats_leaves
-from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.errors import ConstraintViolationError, TableNotFoundError
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.log.table_location import TableLocation
@@ -288,7 +288,14 @@ class DataFileWriter:
         current, self.current = self.current, None
         current.writer.close()
         size = current.sink.tell()
-        current.sink.close()
+        try:
+            current.sink.close()  # an object store's upload
+        except FileNotFoundError as exc:
+            raise TableNotFoundError(
+                f"Cannot write {self.plan.root}/{current.relative} ({exc}): the table's bucket "
+                "(or container) does not exist. Fix the table URI, or create the bucket: "
+                "writes never create one."
+            ) from None
         self.rows.append(
             {
                 "path": quote(current.relative, safe=PATH_SAFE),

@@ -278,10 +278,12 @@ class LogStore(ABC):
         return pq.ParquetFile(self.fs.open(path, "rb"))
 
     def open_output(self, path: str) -> Any:
-        """A new binary file at `path` (parent directories created), for a data file writer:
-        a native stream on local disk, so the encoder writes without taking the GIL."""
+        """A new binary file at `path` for a data file writer: on local disk a native stream
+        (no GIL), its directories created; no makedirs on object stores (s3fs makes buckets)."""
+        if not self.is_local:
+            return self.fs.open(path, "wb")
         self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        return pa.OSFile(path, "wb") if self.is_local else self.fs.open(path, "wb")
+        return pa.OSFile(path, "wb")
 
     def can_open(self, location: FileLocation) -> bool:
         """Whether this store's filesystem opens the file at `location` by its `fs_path`."""
