@@ -8,9 +8,11 @@ The sensor compares the table's latest version with a baseline, resolved once pe
 3. else the table's current version (-1 when the table does not exist yet: then its creation is
    the change waited for).
 
-In reschedule mode `execute()` runs again for every poke: the first poke of a try keeps its
-baseline in the task state store (Airflow >= 3.3) and the later pokes read it back; without a
-task state store they use the version the table had when the try first poked (by commit time).
+The first poke of a task instance keeps its baseline in the task state store (Airflow >= 3.3):
+the later pokes (in reschedule mode `execute()` runs again for each) and the later tries read it
+back, so a retry still reports a version committed while the failed try waited. Without a task
+state store a reschedule uses the version the table had when the try first poked (by commit
+time), and a retry the table's version when it starts.
 A deferred sensor hands its baseline to `DeltaTableVersionTrigger`.
 
 When the table reaches `target_version` (at once when it is already there or past it), or
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue, TaskInstanceState
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from airflow_delta.hooks.delta import DeltaHook
 from airflow_delta.triggers.version import (
@@ -152,7 +154,18 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             )
         if not self.deferrable:
             return super().execute(context)
-        found = self.poke(context)
+        try:  # the check before deferring, as BaseSensorOperator's loop handles a poke's failure
+            found = self.poke(context)
+        except AirflowFailException as exc:
+            if self.soft_fail or getattr(self, "never_fail", False):
+                raise AirflowSkipException(f"Skipping (soft_fail/never_fail): {exc}") from exc
+            raise
+        except AirflowSkipException:
+            raise
+        except Exception as exc:
+            if getattr(self, "never_fail", False):
+                raise AirflowSkipException(f"Skipping (never_fail): {exc}") from exc
+            raise
         if found:
             return found.xcom_value
         self.defer(
@@ -236,9 +249,9 @@ class DeltaTableVersionSensor(BaseSensorOperator):
     def _resolve_baseline(self, context: Context) -> int:
         """The baseline when none is given (see the module docstring); logs where it came from."""
         reschedule_mode = self.reschedule and not self.deferrable
-        store = context.get("task_state_store") if reschedule_mode else None
+        store = context.get("task_state_store")
         first_poke = context.get("task_reschedule_count", 0) == 0
-        kept = store.get(BASELINE_STATE_KEY) if store is not None and not first_poke else None
+        kept = store.get(BASELINE_STATE_KEY) if store is not None else None
         if (
             isinstance(kept, dict)
             and kept.get("table") == self.table_uri
@@ -249,7 +262,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             baseline, origin = self._previous_run_baseline(context) or self._initial_baseline(
                 context, reschedule_mode and not first_poke
             )
-            if store is not None and first_poke:
+            if store is not None:
                 store.set(
                     BASELINE_STATE_KEY,
                     {"table": self.table_uri, "baseline": baseline, "origin": origin},

@@ -316,6 +316,38 @@ class TestSensorRuns:
         assert XCOM_KEY not in xcoms(dag_run, "wait")
         assert asset_extras(dag_run) == []
 
+    def test_soft_fail_skips_a_deferrable_sensor_whose_first_check_fails(self) -> None:
+        """The check before deferring bypassed BaseSensorOperator's soft_fail: failed, where
+        poke and reschedule modes (and the trigger's own failure) end skipped."""
+        uri, _ = fresh_table("recreated_soft", versions=2)
+        dag_run = run_dag("s_soft_fail", uri, baseline=5)
+        assert ti_of(dag_run).state == "skipped"
+        assert asset_extras(dag_run) == []
+
+    def test_a_retry_keeps_the_baseline_of_the_failed_try(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Version 1 lands while the first try waits, then the try fails (a lost worker, as
+        dag.test() can stage it in process); the retry must report version 1, not take it as
+        its new baseline and wait past it until the timeout."""
+        uri, log = fresh_table("retried")
+        poll = sensor_module.poll_table_version
+        failed: list[int] = []
+
+        def failing_once(*args: Any, **kwargs: Any) -> Any:
+            check = poll(*args, **kwargs)
+            if not failed:
+                failed.append(check.version)
+                append(log)
+                raise RuntimeError("the worker went away")
+            return check
+
+        monkeypatch.setattr(sensor_module, "poll_table_version", failing_once)
+        dag_run = run_dag("s_poke", uri)
+        assert failed == [0]
+        assert ti_of(dag_run).try_number == 2
+        assert_found(dag_run, uri, version=1, baseline=0)
+
     def test_recreated_table_is_a_change_with_allow_recreation(self) -> None:
         uri, _ = fresh_table("recreated_ok", versions=3)
         recreate(uri)
