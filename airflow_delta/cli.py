@@ -552,17 +552,19 @@ def _add_user_metadata(parser: argparse.ArgumentParser) -> None:
 
 
 def _quiet_engine_logs(verbose: bool) -> Callable[[], None]:
-    """Route engine logging: to stderr with --verbose, nowhere otherwise. Returns an undo."""
-    logger = logging.getLogger("airflow_delta")
+    """Route engine logging: to stderr with --verbose, nowhere otherwise (nor the logging of
+    the libraries underneath: gcsfs, s3fs, botocore). Returns an undo."""
     handler: logging.Handler
     if verbose:
+        logger = logging.getLogger("airflow_delta")
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         old_level = logger.level
         logger.setLevel(logging.INFO)
     else:
-        # Without any handler, logging's last resort would print warnings to stderr and break
-        # the one-line error contract.
+        # Without any handler, logging's last resort would print any library's warnings (a
+        # traceback gcsfs logs before retrying) to stderr and break the one-line error contract.
+        logger = logging.getLogger()
         handler = logging.NullHandler()
         old_level = logger.level
     logger.addHandler(handler)

@@ -388,6 +388,25 @@ def test_error_message_is_one_line(run: Run, monkeypatch: pytest.MonkeyPatch) ->
     assert err == "error: RuntimeError: first line second line third"
 
 
+def test_other_libraries_logging_stays_off_stderr() -> None:
+    """gcsfs logs a traceback as a warning before it retries an unreachable host: with no
+    handler anywhere, logging's last resort printed it before the one `error:` line. In a
+    process of its own (pytest's log capture would stand in for the missing handler)."""
+    script = (
+        "import logging, sys\n"
+        "from airflow_delta import cli\n"
+        "def noisy(args):\n"
+        "    logging.getLogger('gcsfs').warning('retrying\\nTraceback (most recent call last)')\n"
+        "    raise ConnectionError('Cannot connect to host storage.googleapis.com:443')\n"
+        "cli.cmd_describe = noisy\n"
+        "sys.exit(cli.main(['describe', 'gs://bucket/t']))\n"
+    )
+    pythonpath = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert_error((done.returncode, done.stdout, done.stderr), "ConnectionError")
+
+
 def test_storage_options_reach_the_engine(
     run: Run, monkeypatch: pytest.MonkeyPatch, made_table: tuple[str, bool]
 ) -> None:

@@ -101,7 +101,10 @@ def table_outlets(table_uri: Any, outlets: Any, task_id: str) -> list[Any]:
     alike, so the scheduler knows the asset and each task instance emits one event."""
     from airflow.sdk import AssetAlias
 
-    declared = list(outlets or [])
+    if outlets is None:
+        declared: list[Any] = []
+    else:  # one asset, as BaseOperator takes it, or several
+        declared = list(outlets) if isinstance(outlets, (list, tuple, set)) else [outlets]
     if any(_is_table_alias(o) for o in declared):
         return declared  # a mapped instance: partial() declared the alias, the events go there
     if isinstance(table_uri, str) and table_uri and not is_templated(table_uri):
@@ -366,7 +369,15 @@ class DeltaCommitOperator(BaseOperator):
 
         app_transactions: list[SetTransaction] = []
         if self.txn_app_id is not None and self.txn_version is not None:
-            app_transactions.append(SetTransaction(str(self.txn_app_id), int(self.txn_version)))
+            try:
+                version = int(self.txn_version)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"Task {self.task_id} writing {self.table_uri}: txn_version must be an "
+                    f"integer (the app transaction's version), got {self.txn_version!r}; fix "
+                    "the value or its template"
+                ) from None
+            app_transactions.append(SetTransaction(str(self.txn_app_id), version))
         elif self.exactly_once:
             app_transactions.append(exactly_once_txn(context))
         ti = context["ti"]
@@ -493,7 +504,7 @@ class DeltaCommitOperator(BaseOperator):
         )
 
     def _emit_asset_event(self, context: Context, result: dict[str, Any]) -> None:
-        uri = table_asset_uri(self.table_uri)
+        uri = delta_table_asset(self.table_uri).uri  # as Airflow normalises it (s3://b -> s3://b/)
         extra = {
             "table": self.table_uri,
             "version": result["version"],

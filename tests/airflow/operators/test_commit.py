@@ -217,6 +217,43 @@ def test_operators_declare_the_table_asset_as_outlet() -> None:
     assert templated.outlets == [AssetAlias(name="delta-table-of-task:t", group="delta")]
 
 
+@pytest.mark.parametrize("table_uri", ["s3://rootbkt", "S3://lake/Events", "gs://bkt"])
+def test_one_asset_outlet_and_the_event_of_a_table_airflow_normalises(table_uri: str) -> None:
+    """`outlets=Asset(...)` (one, as BaseOperator takes it) failed with "not iterable"; a
+    table whose asset URI Airflow normalises (a bucket root gets a slash) got an event with an
+    empty `extra`. The events go through Airflow's own outlet accessors."""
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from airflow_delta.assets import delta_table_asset
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    audit = Asset(uri="s3://lake/audit")
+    op = DeltaWriteOperator(
+        task_id="w", table_uri=table_uri, source="SELECT 1 AS id", outlets=audit
+    )
+    assert op.outlets == [audit, delta_table_asset(table_uri)]
+    events = OutletEventAccessors()
+    op._emit_asset_event({"outlet_events": events}, {"version": 3, "skipped": False})
+    assert events[audit].extra == {}
+    assert events[op.outlets[1]].extra == {
+        "table": table_uri,
+        "version": 3,
+        "operation": "WRITE",
+        "skipped": False,
+    }
+
+
+def test_a_txn_version_that_is_not_an_integer_names_the_parameter() -> None:
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    op = DeltaWriteOperator(
+        task_id="w", table_uri="/data/t", source="SELECT 1 AS id", txn_app_id="a", txn_version="x"
+    )
+    with pytest.raises(ValueError, match="w writing /data/t: txn_version must be an integer"):
+        op.commit_properties({"ti": None})
+
+
 def test_openlineage_facets_name_the_table_and_the_version() -> None:
     from airflow_delta.operators.commit import openlineage_dataset_name
     from airflow_delta.operators.write import DeltaWriteOperator
