@@ -118,6 +118,20 @@ def table_outlets(table_uri: Any, outlets: Any, task_id: str) -> list[Any]:
     return declared
 
 
+def scoped_table_alias(outlets: list[Any], dag_id: str | None, task_id: str) -> list[Any]:
+    """`outlets` with the table's AssetAlias that `table_outlets` named by the task alone
+    renamed `TABLE_ALIAS_PREFIX` + `<dag_id>.<task_id>` (the task id with its group's
+    prefix): two DAGs with a task of the same id would otherwise share one alias, and Airflow
+    would resolve it to both tables."""
+    from airflow.sdk import AssetAlias
+
+    if dag_id is None:
+        return outlets
+    bare = TABLE_ALIAS_PREFIX + task_id.rsplit(".", 1)[-1]
+    scoped = AssetAlias(name=f"{TABLE_ALIAS_PREFIX}{dag_id}.{task_id}", group="delta")
+    return [scoped if _is_table_alias(o) and o.name == bare else o for o in outlets]
+
+
 def _is_table_alias(outlet: Any) -> bool:
     return type(outlet).__name__ == "AssetAlias" and outlet.name.startswith(TABLE_ALIAS_PREFIX)
 
@@ -281,6 +295,8 @@ class DeltaCommitOperator(BaseOperator):
             table_uri, kwargs.get("outlets"), kwargs.get("task_id", "")
         )
         super().__init__(**kwargs)
+        dag_id = self.dag.dag_id if self.has_dag() else None
+        self.outlets = scoped_table_alias(list(self.outlets), dag_id, self.task_id)
         self.table_uri = table_uri
         # Airflow calls callables found in template fields: keep a callable source apart.
         self.source = None if callable(source) else source
@@ -310,7 +326,12 @@ class DeltaCommitOperator(BaseOperator):
         kwargs["outlets"] = table_outlets(
             kwargs.get("table_uri"), kwargs.get("outlets"), kwargs.get("task_id", "")
         )
-        return base_partial(cls, **kwargs)
+        declared = base_partial(cls, **kwargs)
+        dag, task_id = declared.kwargs.get("dag"), declared.kwargs["task_id"]
+        declared.kwargs["outlets"] = scoped_table_alias(
+            declared.kwargs["outlets"], dag.dag_id if dag is not None else None, task_id
+        )
+        return declared
 
     @cached_property
     def hook(self) -> DeltaHook:

@@ -114,9 +114,11 @@ class DeltaDmlOperator(DeltaCommandOperator):
         self.executor = "spark"
         from pyspark.errors import AnalysisException
 
+        from airflow_delta.engine.errors import InvalidArgumentError
+
         try:
             return self.run_on_spark(session, txn, context)
-        except AnalysisException as exc:
+        except (AnalysisException, InvalidPredicateError, InvalidArgumentError) as exc:
             raise InvalidPredicateError(
                 self.statement(),
                 f"of {self.operation} on table {self.table_uri} is taken neither by the engine "

@@ -31,7 +31,32 @@ def test_partial_declares_the_outlet_of_a_literal_table_uri() -> None:
         optimize = DeltaOptimizeOperator.partial(task_id="o").expand(table_uri=["/a", "/b"])
     assert write.outlets == [delta_table_asset("/lake/t")]
     assert merge.outlets == [other, delta_table_asset("/lake/t")]
-    assert optimize.outlets == [AssetAlias(name="delta-table-of-task:o", group="delta")]
+    assert optimize.outlets == [AssetAlias(name="delta-table-of-task:parse_only.o", group="delta")]
+
+
+def test_the_alias_of_a_templated_table_is_the_tasks_own() -> None:
+    """Two DAGs with a task `load` shared the alias `delta-table-of-task:load`, and Airflow
+    resolved it to both tables (each task a producer of the other DAG's table): the alias
+    names the DAG and the task with its group."""
+    from airflow.sdk import DAG, TaskGroup
+
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    names = []
+    for dag_id in ("one", "two"):
+        with DAG(dag_id, schedule=None):
+            with TaskGroup("g"):
+                op = DeltaWriteOperator(task_id="load", table_uri="/x/{{ ds }}", source="x")
+            mapped = DeltaWriteOperator.partial(task_id="load", source="x").expand(
+                table_uri=["/a", "/b"]
+            )
+        names += [o.name for o in (*op.outlets, *mapped.outlets)]
+    assert names == [
+        "delta-table-of-task:one.g.load",
+        "delta-table-of-task:one.load",
+        "delta-table-of-task:two.g.load",
+        "delta-table-of-task:two.load",
+    ]
 
 
 @pytest.mark.usefixtures("airflow_db", "spark")
@@ -57,7 +82,9 @@ def test_tasks_mapped_over_tables_emit_each_table_event_through_an_alias() -> No
     for uri in uris:
         write_deltalake(uri, pa.table({"id": pa.array([0, 1, 2], pa.int64())}))
     dag = load_dag("t_mapped_tables")
-    assert [o.name for o in dag.get_task("delete").outlets] == ["delta-table-of-task:delete"]
+    assert [o.name for o in dag.get_task("delete").outlets] == [
+        "delta-table-of-task:t_mapped_tables.delete"
+    ]
     dag_run = dag.test()
     assert task_states(dag_run) == {f"delete[{i}]": "success" for i in range(3)}
     for uri in uris:
