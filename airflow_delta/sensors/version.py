@@ -1,6 +1,7 @@
 """DeltaTableVersionSensor: wait for a new version of a Delta table.
 
-The sensor compares the table's latest version with a baseline, resolved once per try:
+The sensor compares the table's latest version with a baseline, resolved once per task
+instance:
 
 1. `baseline_version` when given (explicit);
 2. else the version the previous successful run of this task saw (its XCom), when that run
