@@ -172,7 +172,7 @@ def test_refusals(tmp_path: Path) -> None:
     write_table(single, pa.table({"id": [1]}))
     with pytest.raises(InvalidArgumentError, match="only version 0, so there is nothing") as e:
         restore(single, 0)
-    assert "-1" not in str(e.value)
+    assert "-1" not in str(e.value).replace(single, "<table>")  # pytest-1xx paths hold a -1
 
 
 def test_a_concurrent_blind_append_fails_a_restore(tmp_path: Path) -> None:
