@@ -53,12 +53,13 @@ class FooterStatistics(NamedTuple):
     plain: list[str]
     #: The floating-point leaves reached through structs: path -> the names leading to it.
     floats: dict[str, tuple[str, ...]]
-    #: Whether the schema has a floating-point leaf at all.
-    any_float: bool
+    #: Whether the schema has floating-point leaves never checked for NaN (in lists or maps).
+    unchecked: bool
 
     def written(self, nan: frozenset[str]) -> list[str] | bool:
-        """`write_statistics` of a file whose floating-point leaves `nan` hold a NaN."""
-        if not self.any_float:
+        """`write_statistics` of a file whose floating-point leaves `nan` hold a NaN: True
+        (every leaf, the writer's fast path) when no leaf goes without."""
+        if not nan and not self.unchecked:
             return True
         return [*self.plain, *(p for p in self.floats if p not in nan)]
 
@@ -67,10 +68,10 @@ def footer_statistics(schema: pa.Schema) -> FooterStatistics:
     """The `FooterStatistics` of files of `schema`."""
     plain: list[str] = []
     floats: dict[str, tuple[str, ...]] = {}
-    any_float = False
+    unchecked = False
 
     def walk(t: pa.DataType, path: str, names: tuple[str, ...] | None) -> None:
-        nonlocal any_float
+        nonlocal unchecked
         if pa.types.is_struct(t):
             for f in t:
                 walk(f.type, f"{path}.{f.name}", None if names is None else (*names, f.name))
@@ -81,14 +82,14 @@ def footer_statistics(schema: pa.Schema) -> FooterStatistics:
             walk(t.item_type, f"{path}.key_value.value", None)
         elif not pa.types.is_floating(t):
             plain.append(path)
+        elif names is not None and not pa.types.is_float16(t):
+            floats[path] = names
         else:
-            any_float = True
-            if names is not None and not pa.types.is_float16(t):
-                floats[path] = names
+            unchecked = True
 
     for f in schema:
         walk(f.type, f.name, (f.name,))
-    return FooterStatistics(plain, floats, any_float)
+    return FooterStatistics(plain, floats, unchecked)
 
 
 class FileStats:
