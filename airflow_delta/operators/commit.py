@@ -118,16 +118,18 @@ def table_outlets(table_uri: Any, outlets: Any, task_id: str) -> list[Any]:
     return declared
 
 
-def scoped_table_alias(outlets: list[Any], dag_id: str | None, task_id: str) -> list[Any]:
-    """`outlets` with the table's AssetAlias that `table_outlets` named by the task alone
-    renamed `TABLE_ALIAS_PREFIX` + `<dag_id>.<task_id>` (the task id with its group's
+def scoped_table_alias(
+    outlets: list[Any], dag_id: str | None, task_id: str, given: str
+) -> list[Any]:
+    """`outlets` with the table's AssetAlias that `table_outlets` named by the task id as
+    `given` renamed `TABLE_ALIAS_PREFIX` + `<dag_id>.<task_id>` (the task id with its group's
     prefix): two DAGs with a task of the same id would otherwise share one alias, and Airflow
     would resolve it to both tables."""
     from airflow.sdk import AssetAlias
 
     if dag_id is None:
         return outlets
-    bare = TABLE_ALIAS_PREFIX + task_id.rsplit(".", 1)[-1]
+    bare = TABLE_ALIAS_PREFIX + given
     scoped = AssetAlias(name=f"{TABLE_ALIAS_PREFIX}{dag_id}.{task_id}", group="delta")
     return [scoped if _is_table_alias(o) and o.name == bare else o for o in outlets]
 
@@ -291,12 +293,11 @@ class DeltaCommitOperator(BaseOperator):
             raise ValueError("txn_app_id and txn_version go together")
         if txn_app_id is not None and not exactly_once:
             raise ValueError("txn_app_id/txn_version make the write idempotent: keep exactly_once")
-        kwargs["outlets"] = table_outlets(
-            table_uri, kwargs.get("outlets"), kwargs.get("task_id", "")
-        )
+        given = kwargs.get("task_id", "")
+        kwargs["outlets"] = table_outlets(table_uri, kwargs.get("outlets"), given)
         super().__init__(**kwargs)
         dag_id = self.dag.dag_id if self.has_dag() else None
-        self.outlets = scoped_table_alias(list(self.outlets), dag_id, self.task_id)
+        self.outlets = scoped_table_alias(list(self.outlets), dag_id, self.task_id, given)
         self.table_uri = table_uri
         # Airflow calls callables found in template fields: keep a callable source apart.
         self.source = None if callable(source) else source
@@ -323,13 +324,12 @@ class DeltaCommitOperator(BaseOperator):
         the event of the table it wrote."""
         from airflow.sdk.bases.operator import partial as base_partial
 
-        kwargs["outlets"] = table_outlets(
-            kwargs.get("table_uri"), kwargs.get("outlets"), kwargs.get("task_id", "")
-        )
+        given = kwargs.get("task_id", "")
+        kwargs["outlets"] = table_outlets(kwargs.get("table_uri"), kwargs.get("outlets"), given)
         declared = base_partial(cls, **kwargs)
         dag, task_id = declared.kwargs.get("dag"), declared.kwargs["task_id"]
         declared.kwargs["outlets"] = scoped_table_alias(
-            declared.kwargs["outlets"], dag.dag_id if dag is not None else None, task_id
+            declared.kwargs["outlets"], dag.dag_id if dag is not None else None, task_id, given
         )
         return declared
 
