@@ -150,7 +150,13 @@ def test_a_write_to_a_missing_bucket_fails_and_creates_no_bucket(s3_bucket) -> N
 
     _, options = s3_bucket
     missing = f"typo-{uuid.uuid4().hex[:12]}"
-    with pytest.raises(TableNotFoundError, match=r"bucket \(or container\) does not") as caught:
+    with pytest.raises(TableNotFoundError, match=r"bucket \(or container\) '.*' does not"):
+        DeltaLog.create_table(
+            f"s3://{missing}/events", pa.schema([("id", pa.int64())]), storage_options=options
+        )
+    with pytest.raises(
+        TableNotFoundError, match=r"bucket \(or container\) '.*' does not"
+    ) as caught:
         write_table(f"s3://{missing}/events", pa.table({"id": [1]}), storage_options=options)
     assert f"{missing}/events" in str(caught.value)
     buckets = [b["Name"] for b in s3_client(options).list_buckets()["Buckets"]]

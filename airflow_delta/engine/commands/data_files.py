@@ -37,9 +37,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.file_stats import FileStats, footer_statistics, stats_leaves
-from airflow_delta.engine.errors import ConstraintViolationError, TableNotFoundError
+from airflow_delta.engine.errors import ConstraintViolationError
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.log_store import get_log_store
+from airflow_delta.engine.log.storage_errors import missing_bucket_error
+from airflow_delta.engine.log.store_guard import protocols_of
 from airflow_delta.engine.log.table_location import TableLocation
 from airflow_delta.engine.protocol import columnar
 from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata
@@ -290,12 +292,12 @@ class DataFileWriter:
         size = current.sink.tell()
         try:
             current.sink.close()  # an object store's upload
-        except FileNotFoundError as exc:
-            raise TableNotFoundError(
-                f"Cannot write {self.plan.root}/{current.relative} ({exc}): the table's bucket "
-                "(or container) does not exist. Fix the table URI, or create the bucket: "
-                "writes never create one."
-            ) from None
+        except Exception as exc:  # re-raised: TableNotFoundError when the bucket is missing
+            path = f"{self.plan.root}/{current.relative}"
+            missing = missing_bucket_error(protocols_of(self.store.fs), path, exc)
+            if missing is None:
+                raise
+            raise missing from None
         self.rows.append(
             {
                 "path": quote(current.relative, safe=PATH_SAFE),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import inspect
 import logging
 import os
 import re
@@ -46,13 +45,13 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from airflow_delta.engine.errors import CorruptLogError, UnsupportedStorageError
-from airflow_delta.engine.log.storage_errors import storage_access_error
 from airflow_delta.engine.log.storage_options import (
     LOG_COMPACTION_OPTION,
     SINGLE_WRITER_OPTION,
     s3fs_options,
     truthy,
 )
+from airflow_delta.engine.log.store_guard import GUARDED_METHODS, guarded, protocols_of
 from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, resolve_path
 
 log = logging.getLogger(__name__)
@@ -105,63 +104,10 @@ def write_row_groups(
             writer.write_table(table)
 
 
-#: The LogStore methods that touch storage: a missing or refused credential in any of them
-#: becomes one StorageAccessError naming the path and where credentials come from.
-_GUARDED = (
-    "list_from",
-    "list_range",
-    "read",
-    "write",
-    "write_parquet",
-    "exists",
-    "delete",
-    "delete_many",
-    "list_recursive",
-    "open_input",
-    "open_parquet",
-    "open_output",
-)
-
-
-def _access_error(store: LogStore, args: tuple[Any, ...], exc: BaseException) -> BaseException:
-    """`exc`, or a StorageAccessError when it says credentials are missing or refused."""
-    path = str(args[0]) if args and isinstance(args[0], str) else "the table"
-    return storage_access_error(_protocols(store.fs), path, exc) or exc
-
-
-def _guarded(method: Any) -> Any:
-    """`method` of a LogStore raising StorageAccessError for a credential problem."""
-    if inspect.isgeneratorfunction(method):
-
-        @functools.wraps(method)
-        def each(self: LogStore, *args: Any, **kwargs: Any) -> Any:
-            try:
-                yield from method(self, *args, **kwargs)
-            except Exception as exc:  # re-raised: typed when it is an access error
-                error = _access_error(self, args, exc)
-                if error is exc:
-                    raise
-                raise error from None
-
-        return each
-
-    @functools.wraps(method)
-    def call(self: LogStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:  # re-raised: typed when it is an access error
-            error = _access_error(self, args, exc)
-            if error is exc:
-                raise
-            raise error from None
-
-    return call
-
-
 class LogStore(ABC):
     """Reads, lists and atomically writes log files on one filesystem.
 
-    Every method that touches storage (`_GUARDED`, in this class and its subclasses) turns a
+    Every method that touches storage (`GUARDED_METHODS`, here and in subclasses) turns a
     missing or refused credential into StorageAccessError.
     """
 
@@ -172,9 +118,9 @@ class LogStore(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in _GUARDED:
+        for name in GUARDED_METHODS:
             if name in cls.__dict__:
-                setattr(cls, name, _guarded(cls.__dict__[name]))
+                setattr(cls, name, guarded(cls.__dict__[name]))
 
     @abstractmethod
     def list_from(self, dir_path: str, start_name: str = "") -> list[FileStatus]:
@@ -251,7 +197,7 @@ class LogStore(ABC):
     @functools.cached_property
     def is_local(self) -> bool:
         """Whether paths are OS paths that pyarrow opens natively (memory-mapped, no GIL)."""
-        return "file" in _protocols(self.fs)
+        return "file" in protocols_of(self.fs)
 
     def open_input(
         self, path: str, size: int | None = None
@@ -287,7 +233,7 @@ class LogStore(ABC):
 
     def can_open(self, location: FileLocation) -> bool:
         """Whether this store's filesystem opens the file at `location` by its `fs_path`."""
-        protocols = _protocols(self.fs)
+        protocols = protocols_of(self.fs)
         protocols |= {canonical_scheme(p) for p in protocols}
         if location.scheme == "file":
             return location.authority == "" and "file" in protocols
@@ -309,18 +255,13 @@ class LogStore(ABC):
         return location.fs_path
 
 
-def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
-    protocol = fs.protocol
-    return {protocol} if isinstance(protocol, str) else set(protocol)
-
-
 def _protocol_name(fs: fsspec.AbstractFileSystem) -> str:
     protocol = fs.protocol
     return protocol if isinstance(protocol, str) else "/".join(protocol)
 
 
-for _name in _GUARDED:
-    setattr(LogStore, _name, _guarded(LogStore.__dict__[_name]))
+for _name in GUARDED_METHODS:
+    setattr(LogStore, _name, guarded(LogStore.__dict__[_name]))
 
 
 class LocalLogStore(LogStore):

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from airflow_delta.engine.errors import DeltaError, StorageAccessError
+from airflow_delta.engine.errors import DeltaError, StorageAccessError, TableNotFoundError
 
 Verdict = Literal["transient", "permanent", "generic"] | None
 
@@ -296,3 +296,31 @@ def storage_access_error(
     where = path if scheme == "file" or "://" in path else f"{scheme}://{path}"
     detail = str(exc).splitlines()[0] if str(exc) else "access denied"
     return StorageAccessError(f"Cannot access {where} ({type(exc).__name__}: {detail}). {hint}")
+
+
+#: Protocols whose writes create missing directories: a FileNotFoundError there is no bucket.
+_DIRECTORY_PROTOCOLS = frozenset({"file", "local", "memory"})
+
+
+def missing_bucket_error(
+    protocols: set[str], path: str, exc: BaseException
+) -> TableNotFoundError | None:
+    """The TableNotFoundError for `exc` raised writing `path` to an object store, when `exc`
+    says its bucket (or container) does not exist (else None). An object store needs no
+    parent directory, so a write's FileNotFoundError (s3fs: NoSuchBucket, gcsfs: 404) means
+    the bucket is missing; adlfs raises azure's ContainerNotFound."""
+    if protocols & _DIRECTORY_PROTOCOLS or isinstance(exc, DeltaError):
+        return None
+    for link in _chain(exc):
+        code = vars(link).get("error_code") or _code(link)
+        if isinstance(link, FileNotFoundError) or code in ("NoSuchBucket", "ContainerNotFound"):
+            break
+    else:
+        return None
+    scheme = sorted(protocols)[0]
+    where = path if "://" in path else f"{scheme}://{path}"
+    bucket = where.split("://", 1)[1].split("/", 1)[0]
+    return TableNotFoundError(
+        f"Cannot write {where}: the table's bucket (or container) {bucket!r} does not exist. "
+        "Fix the table URI, or create the bucket: writes never create one."
+    )

@@ -178,3 +178,31 @@ def test_azure_writers_in_several_processes_lose_nothing(azure) -> None:
     assert ids == sorted(1000 * w + n for w in range(writers) for n in range(commits))
     history = DeltaLog.for_table(uri, azure).history()
     assert [h["version"] for h in history] == list(range(writers * commits, -1, -1))
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_a_commit_or_write_to_a_missing_bucket_is_table_not_found(store, request) -> None:
+    """Creating a table in a missing bucket failed with the client's bare error (gcsfs:
+    FileNotFoundError of an upload URL, adlfs: azure's ResourceNotFoundError or a RuntimeError
+    'Failed to upload block'): every write, commit or data file, is TableNotFoundError naming
+    the file, and no bucket is created."""
+    from airflow_delta.engine import write_table
+    from airflow_delta.engine.errors import TableNotFoundError
+
+    fixture = request.getfixturevalue(store)
+    options = fixture[0] if store == "gcs" else fixture
+    scheme = "gs" if store == "gcs" else "az"
+    missing = f"typo{os.getpid()}x{time.monotonic_ns() % 10**6}"
+    uri = f"{scheme}://{missing}/events"
+    rows = pa.table({"id": list(range(3)), "writer": ["w"] * 3}, SCHEMA)
+    attempts = [
+        lambda: DeltaLog.create_table(uri, SCHEMA, storage_options=options),
+        lambda: write_table(uri, rows, storage_options=options),
+    ]
+    for attempt in attempts:
+        with pytest.raises(TableNotFoundError, match=r"bucket \(or container\)") as caught:
+            attempt()
+        assert f"{missing}/events/" in str(caught.value)
+    fs = TableLocation.of(uri, options).store.fs
+    fs.invalidate_cache()
+    assert not fs.exists(missing)
