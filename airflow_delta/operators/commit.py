@@ -184,6 +184,46 @@ def is_templated(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
+#: What a template renders to when its value is missing: None (`render_template_as_native_obj`),
+#: "None" (`{{ params.x }}` of an unset param) or blank text (`{{ x or '' }}`).
+RENDERED_NOTHING = ("", "None")
+
+
+def rendered_text(value: Any) -> str | None:
+    """A rendered text argument as text: a native-rendered object (an int, a Path) becomes its
+    string, None stays None.
+
+    >>> rendered_text(123), rendered_text(None)
+    ('123', None)
+    """
+    return None if value is None else str(value)
+
+
+def rendered_scope(operation: str, table_uri: str, name: str, value: Any, template: Any) -> Any:
+    """The rendered SQL argument `name` whose None means "the whole table" (a DELETE or UPDATE
+    predicate, a write's replace_where, an OPTIMIZE partition filter), as text or None.
+
+    `template` is the argument as given to the operator. When it was a template, rendering to
+    nothing (None, "None" or blank) is refused with ValueError naming the table and the fix:
+    a missing value must not widen the command to every row. An argument given as None stays
+    None: that is the explicit whole table.
+
+    >>> rendered_scope("DELETE", "/t", "predicate", "day = '2024-06-01'", "day = '{{ ds }}'")
+    "day = '2024-06-01'"
+    >>> rendered_scope("DELETE", "/t", "predicate", None, None)  # explicitly every row
+    """
+    text = rendered_text(value)
+    if text is not None and text.strip() not in RENDERED_NOTHING:
+        return text
+    if text is None and not is_templated(template):
+        return None
+    raise ValueError(
+        f"{operation} of table {table_uri}: {name} {template!r} rendered to {text!r}; refusing "
+        f"to run {operation} on the whole table for a missing value. Fix the template or the "
+        f"value it reads (a param, an XCom), or pass {name}=None for the whole table."
+    )
+
+
 def exactly_once_txn(context: Context) -> SetTransaction:
     """The idempotent-write marker of a task instance: app id from the DAG, task, map index and
     DAG run; version from the DAG run (its `run_after`, in epoch milliseconds).
@@ -315,6 +355,15 @@ class DeltaCommitOperator(BaseOperator):
         self.txn_version = txn_version
         self.user_metadata = user_metadata
         self.result: dict[str, Any] | None = None
+        #: The arguments of `scope()` as given (templates unrendered), by name.
+        self.given: dict[str, Any] = {}
+
+    def scope(self, name: str) -> str | None:
+        """The rendered SQL argument `name` whose None means the whole table (see
+        `rendered_scope`: a template rendered to nothing is refused)."""
+        return rendered_scope(
+            self.operation, self.table_uri, name, getattr(self, name), self.given.get(name)
+        )
 
     @classmethod
     def partial(cls, **kwargs: Any) -> OperatorPartial:
@@ -403,7 +452,7 @@ class DeltaCommitOperator(BaseOperator):
             app_transactions.append(exactly_once_txn(context))
         ti = context["ti"]
         return CommitProperties(
-            user_metadata=self.user_metadata,
+            user_metadata=rendered_text(self.user_metadata),
             isolation_level=self.isolation_level,
             app_transactions=app_transactions,
             post_commit_hooks=self.post_commit_hooks,

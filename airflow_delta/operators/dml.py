@@ -51,17 +51,6 @@ def check_predicate(operation: str, predicate: Any) -> None:
         )
 
 
-def rendered_predicate(operation: str, table_uri: str, predicate: str | None) -> str | None:
-    """The predicate after rendering: a template that rendered to blank text is refused rather
-    than taken for "every row"."""
-    if predicate is not None and not predicate.strip():
-        raise ValueError(
-            f"{operation} of table {table_uri}: the predicate rendered to empty text; refusing "
-            f"to {operation} every row (pass predicate=None for that)"
-        )
-    return predicate
-
-
 def check_assignments(assignments: Any) -> None:
     """ValueError unless `assignments` maps column names to SQL text (at least one)."""
     if not isinstance(assignments, Mapping) or not assignments:
@@ -190,11 +179,12 @@ class DeltaDeleteOperator(DeltaDmlOperator):
         check_predicate(self.operation, predicate)
         super().__init__(**kwargs)
         self.predicate = predicate
+        self.given["predicate"] = predicate
 
     def run_command(self, txn: OptimisticTransaction, context: Context) -> CommitResult:
         from airflow_delta.engine.commands.dml import delete
 
-        predicate = rendered_predicate(self.operation, self.table_uri, self.predicate)
+        predicate = self.scope("predicate")
         log.info(
             "DELETE from table %s (version %s) where %s, in process",
             self.table_uri,
@@ -208,7 +198,7 @@ class DeltaDeleteOperator(DeltaDmlOperator):
     ) -> CommitResult:
         from airflow_delta.spark.dml import delete
 
-        predicate = rendered_predicate(self.operation, self.table_uri, self.predicate)
+        predicate = self.scope("predicate")
         log.info(
             "DELETE from table %s (version %s) where %s, on Spark",
             self.table_uri,
@@ -253,12 +243,13 @@ class DeltaUpdateOperator(DeltaDmlOperator):
         super().__init__(**kwargs)
         self.set = dict(set) if isinstance(set, Mapping) else set
         self.predicate = predicate
+        self.given["predicate"] = predicate
 
     def run_command(self, txn: OptimisticTransaction, context: Context) -> CommitResult:
         from airflow_delta.engine.commands.dml import update
 
         check_assignments(self.set)  # as rendered
-        predicate = rendered_predicate(self.operation, self.table_uri, self.predicate)
+        predicate = self.scope("predicate")
         log.info(
             "UPDATE table %s (version %s) set %s where %s, in process",
             self.table_uri,
@@ -273,7 +264,7 @@ class DeltaUpdateOperator(DeltaDmlOperator):
     ) -> CommitResult:
         from airflow_delta.spark.dml import update
 
-        predicate = rendered_predicate(self.operation, self.table_uri, self.predicate)
+        predicate = self.scope("predicate")
         log.info(
             "UPDATE table %s (version %s) set %s where %s, on Spark",
             self.table_uri,

@@ -106,6 +106,7 @@ class DeltaOptimizeOperator(DeltaCommandOperator):
         check_size("min_file_size", min_file_size, minimum=0)
         super().__init__(**kwargs)
         self.partition_filter = partition_filter
+        self.given["partition_filter"] = partition_filter
         self.zorder_by = zorder_by
         self.target_size = target_size
         self.min_file_size = min_file_size
@@ -113,12 +114,7 @@ class DeltaOptimizeOperator(DeltaCommandOperator):
     def run_command(self, txn: OptimisticTransaction, context: Context) -> CommitResult:
         from airflow_delta.engine import optimize
 
-        partition_filter = self.partition_filter
-        if partition_filter is not None and not partition_filter.strip():
-            raise ValueError(
-                f"OPTIMIZE of table {self.table_uri}: partition_filter rendered to empty text; "
-                "pass None to optimize the whole table"
-            )
+        partition_filter = self.scope("partition_filter")
         zorder_by = split_columns(self.zorder_by) or None
         target_size, min_file_size = self.size("target_size"), self.size("min_file_size")
         sizes = {"target_size": target_size, "min_file_size": min_file_size}

@@ -99,6 +99,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
         self.mode = mode.lower()
         self.partition_by = partition_by
         self.replace_where = replace_where
+        self.given["replace_where"] = replace_where
         self.partition_overwrite_mode = partition_overwrite_mode
         self.merge_schema = merge_schema
         self.overwrite_schema = overwrite_schema
@@ -134,7 +135,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
                 partition_by=list(partition_by) if partition_by else None,
                 configuration=self.table_properties or None,
                 target_file_size=self.target_file_size or DEFAULT_TARGET_FILE_SIZE,
-                replace_where=self.replace_where or None,
+                replace_where=self.scope("replace_where"),
                 partition_overwrite_mode=self.partition_overwrite_mode,
                 schema_mode="overwrite" if self.overwrite_schema else schema_mode,
             )
@@ -146,7 +147,7 @@ class DeltaWriteOperator(DeltaCommitOperator):
             txn,
             mode=cast("WriteMode", self.mode),
             partition_by=list(partition_by) if partition_by else None,
-            replace_where=self.replace_where or None,
+            replace_where=self.scope("replace_where"),
             merge_schema=self.merge_schema,
             overwrite_schema=self.overwrite_schema,
             storage_options=self.hook.storage_options,

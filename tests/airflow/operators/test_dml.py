@@ -172,8 +172,9 @@ def test_update_refuses_bad_assignments_at_parse_time(assignments: Any, message:
 
 
 def test_a_blank_rendered_predicate_fails_rather_than_change_every_row() -> None:
-    from airflow_delta.operators.dml import rendered_predicate
+    from airflow_delta.operators.commit import rendered_scope
 
-    assert rendered_predicate("DELETE", "/t", None) is None
-    with pytest.raises(ValueError, match="rendered to empty text; refusing to DELETE every row"):
-        rendered_predicate("DELETE", "/t", "  ")
+    assert rendered_scope("DELETE", "/t", "predicate", None, None) is None
+    for rendered in ("  ", None, "None"):
+        with pytest.raises(ValueError, match="refusing to run DELETE on the whole table"):
+            rendered_scope("DELETE", "/t", "predicate", rendered, "{{ params.p }}")
