@@ -45,11 +45,7 @@ from airflow_delta.engine.commands.data_files import (
     with_change_type,
     write_change_tasks,
 )
-from airflow_delta.engine.commands.data_reader import (
-    FileReader,
-    plain_table,
-    repeat_scalar,
-)
+from airflow_delta.engine.commands.data_reader import FileReader, plain_table, repeat_scalar
 from airflow_delta.engine.commands.deletion_vector_files import (
     DeletionVectorWriter,
     deletion_vectors_enabled,
@@ -66,11 +62,7 @@ from airflow_delta.engine.commands.merge import (
     MergeClause,
     arrow_table,
 )
-from airflow_delta.engine.commands.merge_values import (
-    cast_to_field,
-    castable,
-    sql_literal,
-)
+from airflow_delta.engine.commands.merge_values import cast_to_field, castable, sql_literal
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     InvalidArgumentError,
@@ -87,15 +79,10 @@ from airflow_delta.engine.expressions.parser import parse_value
 from airflow_delta.engine.expressions.predicates import PartitionPredicate
 from airflow_delta.engine.protocol.action_types import add_files_from_arrow
 from airflow_delta.engine.protocol.actions import Action, AddFile
-from airflow_delta.engine.protocol.features import (
-    change_data_feed_enabled,
-    check_writer_support,
-)
+from airflow_delta.engine.protocol.columnar import sorted_unique
+from airflow_delta.engine.protocol.features import change_data_feed_enabled, check_writer_support
 from airflow_delta.engine.protocol.identity import generated_columns
-from airflow_delta.engine.protocol.schema import (
-    arrow_type,
-    delta_field_metadata,
-)
+from airflow_delta.engine.protocol.schema import arrow_type, delta_field_metadata
 from airflow_delta.engine.txn.commit_types import CommitProperties
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
@@ -158,7 +145,7 @@ class _Matches:
     def num_modified(self, kind: str, index: int) -> int:
         """Target rows that clause `index` of `kind` (MATCHED, NOT MATCHED BY SOURCE) changes."""
         if kind == MATCHED:
-            return len(np.unique(self.rows[self.pair_action == index]))
+            return len(sorted_unique(self.rows[self.pair_action == index]))
         return int(np.count_nonzero(self.by_source == index))
 
 
@@ -182,7 +169,12 @@ class ArrowMergeBuilder(MergeBuilder):
         found = [c for c in source.column_names if c.lower() == name]
         if len(found) != 1 or source.schema.field(found[0]).type != arrow_type(delta_type):
             return None
-        return list(pc.unique(source.column(found[0]))[: MAX_PRUNING_VALUES + 1].to_pylist())
+        column = source.column(found[0])
+        # a prefix holding more distinct values than are listed settles it without a full pass
+        values = pc.unique(column.slice(0, 4 * (MAX_PRUNING_VALUES + 1)))
+        if len(values) <= MAX_PRUNING_VALUES and len(column) > 4 * (MAX_PRUNING_VALUES + 1):
+            values = pc.unique(column)
+        return list(values[: MAX_PRUNING_VALUES + 1].to_pylist())
 
     def _source_bounds_of(self, name: str, delta_type: str) -> tuple[Any, Any] | None:
         source = arrow_table(self.source_df)
@@ -410,7 +402,9 @@ class ArrowMergeBuilder(MergeBuilder):
         local = found.rows[pairs] - rows.start
         action = found.pair_action[pairs]
         by_source = found.by_source[rows]
-        chosen_rows = [(c, np.unique(local[action == i])) for i, c in enumerate(clauses[MATCHED])]
+        chosen_rows = [
+            (c, sorted_unique(local[action == i])) for i, c in enumerate(clauses[MATCHED])
+        ]
         chosen_rows += [
             (c, np.flatnonzero(by_source == i))
             for i, c in enumerate(clauses[NOT_MATCHED_BY_SOURCE])

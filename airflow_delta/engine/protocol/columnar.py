@@ -152,6 +152,13 @@ def int_array(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(type_, len(data), [None, pa.py_buffer(data)])
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of the sorted `values` (np.unique without its sort or hash)."""
+    if len(values) < 2:
+        return values
+    return values[np.concatenate(([True], values[1:] != values[:-1]))]
+
+
 def bool_values(arr: pa.Array) -> np.ndarray:
     """A non-null boolean Arrow array (such as `is_valid()`'s) as a numpy bool array."""
     data = arr.buffers()[1]

@@ -67,6 +67,21 @@ def test_many_keys_prune_by_their_range(table: str) -> None:
     assert [p.text for p in txn.read_predicates] == [f"`id` BETWEEN 350 AND {keys[-1]}"]
 
 
+@pytest.mark.parametrize("head_keys", [3, MAX_PRUNING_VALUES + 1])
+def test_the_key_list_counts_every_source_row(table: str, head_keys: int) -> None:
+    """A long source: its distinct keys are counted over every row, not a prefix (the listing
+    of the values stops early only once a prefix proves them too many for IN)."""
+    head = [5000 + i % head_keys for i in range(4 * (MAX_PRUNING_VALUES + 1))]
+    tail = [9000 + i for i in range(MAX_PRUNING_VALUES)] if head_keys == 3 else [205]
+    source = pa.table({"id": head + tail, "v": ["x"] * (len(head) + len(tail))}, SCHEMA)
+    builder = merge_arrow(table, source, "t.id = s.id").when_matched_delete()
+    assert builder.execute().metrics["numTargetRowsDeleted"] == (0 if head_keys == 3 else 1)
+    assert builder.transaction is not None
+    (read,) = [p.text for p in builder.transaction.read_predicates]
+    low, high = min(head + tail), max(head + tail)
+    assert read == f"`id` BETWEEN {low} AND {high}"
+
+
 def test_null_keys_match_nothing(table: str) -> None:
     source = pa.table({"id": pa.array([None, None], pa.int64()), "v": ["x", "y"]})
     builder = merge_arrow(table, source, "t.id = s.id").when_matched_delete()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_delta.engine.protocol.action_types import ADD_TYPE, METADATA_TYPE, PROTOCOL_TYPE
 from airflow_delta.engine.protocol.columnar import (
@@ -14,6 +17,7 @@ from airflow_delta.engine.protocol.columnar import (
     concat_consuming,
     lazy_nulls,
     scalar,
+    sorted_unique,
 )
 from tests.delta_log_builder import make_table, write_commit
 from tests.pandas_free import imports_pandas
@@ -150,3 +154,10 @@ def test_concat_consuming_keeps_all_null_fields_lazy() -> None:
     result = concat_consuming(pieces, ADD_TYPE)
     assert result.field("deletionVector").null_count == 1_000_000
     assert pa.total_allocated_bytes() - before < 2**20  # the struct's validity, no field copied
+
+
+@given(st.lists(st.integers(-3, 3), max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_sorted_unique_is_numpy_unique_of_sorted_values(values: list[int]) -> None:
+    ordered = np.sort(np.array(values, dtype=np.int64))
+    assert sorted_unique(ordered).tolist() == np.unique(ordered).tolist()
