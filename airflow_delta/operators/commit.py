@@ -19,7 +19,7 @@
 - **Results.** XCom gets `{table, version, operation, skipped, attempts, conflicts, metrics,
   hooks, app_id, txn_version}`; the table's asset (the operator's outlet) gets an event whose
   `extra` carries the version and the operation; OpenLineage gets the table as output dataset
-  with the committed version.
+  with its schema and the committed version (`operators.lineage`).
 
 Importing this module (DAG parsing) loads no engine, pyarrow or Spark: the engine is imported
 by the methods that run at execute time, and the argument checks of `__init__` use pure-Python
@@ -32,11 +32,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from airflow.sdk import BaseOperator
 
-from airflow_delta.assets import delta_table_asset, table_asset_uri
+from airflow_delta.assets import delta_table_asset
 from airflow_delta.hooks.delta import DeltaHook
 
 if TYPE_CHECKING:
@@ -355,6 +354,8 @@ class DeltaCommitOperator(BaseOperator):
         self.txn_version = txn_version
         self.user_metadata = user_metadata
         self.result: dict[str, Any] | None = None
+        #: The table's schemaString after the last commit attempt (OpenLineage's schema facet).
+        self.table_schema: str | None = None
         #: The arguments of `scope()` as given (templates unrendered), by name.
         self.given: dict[str, Any] = {}
 
@@ -516,9 +517,14 @@ class DeltaCommitOperator(BaseOperator):
         self.executor = None
         txn = self.hook.get_delta_log(self.table_uri).start_transaction(properties=properties)
         if txn.already_committed():
-            return txn.result(None, Operation(self.operation))
-        spark = SparkOnDemand(lambda: self.hook.get_spark_session(config_kwargs=self.spark_conf))
-        return self.commit_once(spark, context, txn)
+            outcome = txn.result(None, Operation(self.operation))
+        else:
+            spark = SparkOnDemand(
+                lambda: self.hook.get_spark_session(config_kwargs=self.spark_conf)
+            )
+            outcome = self.commit_once(spark, context, txn)
+        self.table_schema = txn.metadata.schema_string  # for OpenLineage, after the commit
+        return outcome
 
     def _result(
         self,
@@ -595,23 +601,15 @@ class DeltaCommitOperator(BaseOperator):
     # -- OpenLineage (imported only when the OpenLineage provider asks) ------------------------
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """The table as the output dataset, with the committed version, and a path source
-        (`source_format`) as the input dataset (OpenLineage)."""
+        """The table as the output dataset, with its schema and the version this task
+        committed, and a path source (`source_format`) as the input dataset (OpenLineage)."""
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
-        from openlineage.client.generated.dataset_version_dataset import (
-            DatasetVersionDatasetFacet,
-        )
-        from openlineage.client.generated.storage_dataset import StorageDatasetFacet
+
+        from airflow_delta.operators.lineage import openlineage_dataset_name, output_facets
 
         namespace, name = openlineage_dataset_name(self.table_uri)
-        facets: dict[str, Any] = {
-            "storage": StorageDatasetFacet(storageLayer="delta", fileFormat="parquet")
-        }
-        if self.result and self.result.get("version") is not None:
-            facets["version"] = DatasetVersionDatasetFacet(
-                datasetVersion=str(self.result["version"])
-            )
+        facets = output_facets(self.result, self.table_schema)
         inputs = []
         if self.source_format is not None and self.source:
             source_namespace, source_name = openlineage_dataset_name(self.source)
@@ -619,17 +617,3 @@ class DeltaCommitOperator(BaseOperator):
         return OperatorLineage(
             inputs=inputs, outputs=[Dataset(namespace=namespace, name=name, facets=facets)]
         )
-
-
-def openlineage_dataset_name(table_uri: str) -> tuple[str, str]:
-    """OpenLineage's (namespace, name) of a table: `("file", "/abs/path")` for local tables,
-    `("s3://bucket", "key/path")` for object stores.
-
-    >>> openlineage_dataset_name("s3://lake/events")
-    ('s3://lake', 'events')
-    """
-    uri = table_asset_uri(table_uri)
-    parts = urlsplit(uri)
-    if parts.scheme == "file":
-        return "file", parts.path
-    return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/")

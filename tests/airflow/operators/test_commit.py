@@ -255,7 +255,7 @@ def test_a_txn_version_that_is_not_an_integer_names_the_parameter() -> None:
 
 
 def test_openlineage_facets_name_the_table_and_the_version() -> None:
-    from airflow_delta.operators.commit import openlineage_dataset_name
+    from airflow_delta.operators.lineage import openlineage_dataset_name
     from airflow_delta.operators.write import DeltaWriteOperator
 
     op = DeltaWriteOperator(task_id="w", table_uri="s3://lake/events", source="SELECT 1 AS id")

@@ -1,0 +1,86 @@
+"""OpenLineage of the operators that commit: dataset names per OpenLineage's naming spec, the
+table's schema facet (nested fields included) and the version facet of the commit.
+
+The OpenLineage provider calls `DeltaCommitOperator.get_openlineage_facets_on_complete` (and,
+for a failed task, the same method) after the task; this module imports OpenLineage only then,
+so DAG parsing loads none of it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_delta.assets import table_asset_uri
+
+#: URI schemes of the same store that OpenLineage names by one scheme (Spark's `s3a://`).
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+
+
+def openlineage_dataset_name(table_uri: str) -> tuple[str, str]:
+    """OpenLineage's (namespace, name) of a table: `("file", "/abs/path")` for local tables,
+    `("s3://bucket", "key/path")` for object stores (`s3a://`, `s3n://` named as `s3://`, the
+    way Spark's OpenLineage integration names them, so both join on one dataset).
+
+    >>> openlineage_dataset_name("s3a://lake/events/")
+    ('s3://lake', 'events')
+    """
+    uri = table_asset_uri(table_uri)
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return "file", parts.path
+    scheme = SCHEME_ALIASES.get(parts.scheme, parts.scheme)
+    return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
+
+
+def schema_fields(schema: str | dict[str, Any]) -> list[Any]:
+    """The OpenLineage SchemaDatasetFacetFields of a Delta schema (the metadata's schemaString):
+    a struct's fields nested under it, an array's element as `_element`, a map's as `key` and
+    `value` (the names Spark's OpenLineage integration gives them).
+
+    >>> [f.name for f in schema_fields('{"type": "struct", "fields": [{"name": "id",'
+    ...     ' "type": "long", "nullable": true, "metadata": {}}]}')]
+    ['id']
+    """
+    struct = json.loads(schema) if isinstance(schema, str) else schema
+    return [_field(f["name"], f["type"], f.get("metadata") or {}) for f in struct["fields"]]
+
+
+def _field(name: str, delta_type: str | dict[str, Any], metadata: dict[str, Any]) -> Any:
+    from openlineage.client.generated.schema_dataset import SchemaDatasetFacetFields
+
+    comment = metadata.get("comment")
+    description = comment if isinstance(comment, str) else None
+    if isinstance(delta_type, str):
+        return SchemaDatasetFacetFields(name=name, type=delta_type, description=description)
+    kind = delta_type.get("type")
+    nested: list[Any] = []
+    if kind == "struct":
+        nested = schema_fields(delta_type)
+    elif kind == "array":
+        nested = [_field("_element", delta_type["elementType"], {})]
+    elif kind == "map":
+        nested = [_field("key", delta_type["keyType"], {})]
+        nested.append(_field("value", delta_type["valueType"], {}))
+    return SchemaDatasetFacetFields(
+        name=name, type=str(kind), description=description, fields=nested or None
+    )
+
+
+def output_facets(result: dict[str, Any] | None, schema: str | None) -> dict[str, Any]:
+    """The facets of the table as output dataset: storage, the schema when known, and the
+    version this task committed (none when it committed nothing: a retry that found its
+    commit already landed, or a command with nothing to change)."""
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+    from openlineage.client.generated.schema_dataset import SchemaDatasetFacet
+    from openlineage.client.generated.storage_dataset import StorageDatasetFacet
+
+    facets: dict[str, Any] = {
+        "storage": StorageDatasetFacet(storageLayer="delta", fileFormat="parquet")
+    }
+    if schema:
+        facets["schema"] = SchemaDatasetFacet(fields=schema_fields(schema))
+    if result and not result.get("skipped") and result.get("version") is not None:
+        facets["version"] = DatasetVersionDatasetFacet(datasetVersion=str(result["version"]))
+    return facets

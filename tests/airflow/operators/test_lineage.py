@@ -1,0 +1,75 @@
+"""The OpenLineage events of the operators that commit (`operators.lineage`), emitted by the
+real OpenLineage provider (file transport) in an `airflow dags test` run of
+tests/airflow/dags/lineage_dags.py, and the dataset names of each storage scheme."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_delta.operators.lineage import openlineage_dataset_name
+from tests.airflow.conftest import airflow_command
+from tests.airflow.operators.test_commit import fresh_table
+
+
+def fields(facet_fields: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
+    """(name, type, nested fields) of schema facet fields, recursively."""
+    return [
+        (f["name"], f["type"], fields(f["fields"]) if f.get("fields") else None)
+        for f in facet_fields
+    ]
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_outputs_carry_the_schema_and_only_the_versions_committed(tmp_path: Path) -> None:
+    uri = fresh_table("lineage")
+    events_file = tmp_path / "ol.jsonl"
+    transport = {"type": "file", "log_file_path": str(events_file), "append": True}
+    env = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}
+    result = airflow_command("dags", "test", "t_lineage", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    complete = {
+        e["job"]["name"].rsplit(".", 1)[-1]: e for e in events if e["eventType"] == "COMPLETE"
+    }
+    outputs = {task: e["outputs"] for task, e in complete.items() if "." not in task}
+    assert set(outputs) >= {"write", "again", "delete_nothing"}
+    for task in ("write", "again", "delete_nothing"):
+        (dataset,) = outputs[task]
+        assert (dataset["namespace"], dataset["name"]) == ("file", uri)
+        assert fields(dataset["facets"]["schema"]["fields"]) == [
+            ("id", "long", None),
+            ("p", "string", None),
+            ("s", "struct", [("x", "long", None), ("y", "string", None)]),
+            ("tags", "array", [("_element", "string", None)]),
+            ("m", "map", [("key", "string", None), ("value", "integer", None)]),
+        ], task
+    assert outputs["write"][0]["facets"]["version"]["datasetVersion"] == "0"
+    # The retry committed nothing: no version is claimed (version 0 is the first task's).
+    assert "version" not in outputs["again"][0]["facets"]
+    # A DELETE of no row still commits its exactly-once marker: version 1 is its own.
+    assert outputs["delete_nothing"][0]["facets"]["version"]["datasetVersion"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("/data/events/", ("file", "/data/events")),
+        ("file:///data/events", ("file", "/data/events")),
+        ("s3://lake/db/events/", ("s3://lake", "db/events")),
+        ("s3a://lake/db/events", ("s3://lake", "db/events")),
+        ("s3n://lake/events", ("s3://lake", "events")),
+        ("gs://lake/events", ("gs://lake", "events")),
+        (
+            "abfss://box@acct.dfs.core.windows.net/db/events",
+            ("abfss://box@acct.dfs.core.windows.net", "db/events"),
+        ),
+    ],
+)
+def test_dataset_names_follow_the_openlineage_naming_spec(
+    uri: str, expected: tuple[str, str]
+) -> None:
+    assert openlineage_dataset_name(uri) == expected
