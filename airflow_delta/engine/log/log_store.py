@@ -419,8 +419,7 @@ class FsspecLogStore(LogStore):
         try:
             data = bytes(self.fs.cat_file(path, start=0, end=max_size + 1))
         except Exception:  # re-raised unless the object is empty
-            for stale in (path, path.rsplit("/", 1)[0]):  # adlfs: info answers from the parent
-                self.fs.invalidate_cache(stale)
+            self._forget(path)
             if self.fs.size(path) != 0:
                 raise
             data = b""
@@ -440,8 +439,15 @@ class FsspecLogStore(LogStore):
     def exists(self, path: str) -> bool:
         """Whether `path` exists, asked of the storage itself: some filesystems (adlfs, s3fs)
         answer from a cached directory listing, which would hide files written since."""
-        self.fs.invalidate_cache(path)
+        self._forget(path)
         return bool(self.fs.exists(path))
+
+    def _forget(self, path: str) -> None:
+        """Drop what the filesystem cached about `path`: its own entry and its directory's
+        listing (adlfs answers `exists` and `info` from the listing of the parent, and its
+        `invalidate_cache(path)` drops only `path`'s: a file deleted since stayed there)."""
+        self.fs.invalidate_cache(path)
+        self.fs.invalidate_cache(path.rsplit("/", 1)[0])
 
     def delete(self, path: str) -> None:
         """Remove `path` if present."""

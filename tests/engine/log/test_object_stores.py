@@ -226,3 +226,27 @@ def test_an_empty_last_checkpoint_is_ignored(store, request) -> None:
     assert location.store.read(hint, max_size=1000) == b""
     assert DeltaLog.for_table(uri, options).update().version == 1
     assert read_table(uri, storage_options=options).column("id").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_exists_sees_what_another_process_deleted_after_a_listing(store, request) -> None:
+    """adlfs answers `exists` from its cached listing of the parent directory, and its
+    `invalidate_cache(path)` drops only `path`'s entry: a commit another process deleted after
+    this one listed `_delta_log` still existed (the stale-commit check and the version probe
+    ask `exists`)."""
+    fixture = request.getfixturevalue(store)
+    options = fixture[0] if store == "gcs" else fixture
+    location = TableLocation.of(
+        f"{'gs' if store == 'gcs' else 'az'}://lake/ex-{time.monotonic_ns()}", options
+    )
+    store_, log_path = location.store, location.log_path
+    names = [f"{v:020d}.json" for v in range(3)]
+    for name in names:
+        store_.write(store_.join(log_path, name), b"{}\n")
+    assert [f.name for f in store_.list_from(log_path)] == names  # cached by the filesystem
+    other = type(store_.fs)(**options, skip_instance_cache=True)  # another process
+    other.rm_file(store_.join(log_path, names[1]))
+    other.pipe_file(store_.join(log_path, names[2]), b"{}\n{}\n")
+    assert not store_.exists(store_.join(log_path, names[1]))
+    assert store_.exists(store_.join(log_path, names[2]))
+    assert store_.read(store_.join(log_path, names[2]), max_size=100) == b"{}\n{}\n"
