@@ -39,12 +39,14 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 import fsspec
+import fsspec.asyn
 import fsspec.implementations.local  # every local table needs it: loaded with the engine
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from airflow_delta.engine.errors import CorruptLogError, UnsupportedStorageError
+from airflow_delta.engine.log.azure_blobs import check_addressable, delete_blobs
 from airflow_delta.engine.log.storage_options import (
     LOG_COMPACTION_OPTION,
     SINGLE_WRITER_OPTION,
@@ -509,7 +511,22 @@ class GCSLogStore(ConditionalPutLogStore):
 
 class AzureLogStore(ConditionalPutLogStore):
     """Azure Blob Storage and ADLS Gen2 through adlfs: put-if-absent by a PUT with
-    `If-None-Match: *`."""
+    `If-None-Match: *`; deletes by literal blob name (adlfs reads `?` and `#` as URL syntax)."""
+
+    def delete(self, path: str) -> None:
+        """Remove the blob `path` (`container/name`, taken literally)."""
+        self.delete_many([path])
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Remove the blobs `paths` by literal name through the Azure SDK; missing ones are
+        fine. (adlfs would delete `t/x.parquet` for a stray `t/x.parquet#`.)"""
+        by_container: dict[str, list[str]] = {}
+        for path in paths:
+            container, _, name = path.partition("/")
+            by_container.setdefault(container, []).append(name)
+        fsspec.asyn.sync(self.fs.loop, delete_blobs, self.fs.service_client, by_container)
+        for path in paths:
+            self._forget(path)
 
 
 class S3LogStore(ConditionalPutLogStore):
@@ -623,6 +640,7 @@ def get_log_store(
     if scheme in ("gs", "gcs"):
         return GCSLogStore(fs, scheme), root.rstrip("/")
     if scheme in ("az", "abfs", "abfss"):
+        check_addressable(uri, root.rstrip("/"), fs._strip_protocol)
         return AzureLogStore(fs, scheme), root.rstrip("/")
     store_cls = SingleWriterLogStore if single_writer else FsspecLogStore
     return store_cls(fs, scheme), root.rstrip("/")

@@ -250,3 +250,57 @@ def test_exists_sees_what_another_process_deleted_after_a_listing(store, request
     assert not store_.exists(store_.join(log_path, names[1]))
     assert store_.exists(store_.join(log_path, names[2]))
     assert store_.read(store_.join(log_path, names[2]), max_size=100) == b"{}\n{}\n"
+
+
+def _put_blob_literally(store: str, options: dict[str, str], key: str) -> None:
+    """Write `key` (bucket/name) with the storage's own SDK, the name taken literally."""
+    bucket, _, name = key.partition("/")
+    if store == "azure":
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(options["connection_string"])
+        service.get_blob_client(bucket, name).upload_blob(b"stray", overwrite=True)
+    else:
+        import gcsfs
+
+        gcsfs.GCSFileSystem(**options, skip_instance_cache=True).pipe_file(key, b"stray")
+
+
+@pytest.mark.parametrize("suffix", ["#", "?", "?x#y", "#x?y", "[1]*"])
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_vacuum_deletes_stray_blobs_by_their_literal_names(store, suffix, request) -> None:
+    """adlfs reads a path as a URL: vacuum's delete of a stray blob `<active file>#` deleted
+    the active file itself (the table lost it) and left the stray. Deletes name blobs
+    literally; only the strays go."""
+    from airflow_delta.engine.commands.maintenance import vacuum
+
+    fixture = request.getfixturevalue(store)
+    options = fixture[0] if store == "gcs" else fixture
+    uri = f"{'gs' if store == 'gcs' else 'az'}://lake/stray-{time.monotonic_ns()}"
+    DeltaLog.create_table(uri, SCHEMA, storage_options=options)
+    _append(uri, options, [1], "w")
+    location = TableLocation.of(uri, options)
+    (active,) = [f.path for f in DeltaLog.for_table(uri, options).update().all_files()]
+    _put_blob_literally(store, options, f"{location.table_path}/{active}{suffix}")
+    later = int(time.time() * 1000) + 30 * 86_400_000
+
+    assert vacuum(location, now_ms=later).files_deleted == [active + suffix]
+
+    assert read_table(uri, storage_options=options).column("id").to_pylist() == [1]
+    names = [f.name for f in location.store.list_recursive(location.table_path)]
+    assert active in names and active + suffix not in names
+
+
+@pytest.mark.parametrize("path", ["a?b#c/t", "t#", "t?"])
+def test_an_azure_table_path_adlfs_would_misaddress_is_refused(azure, path) -> None:
+    """`az://lake/a?b#c/t` was silently written at `lake/a#c/t?b` (and `t#` at `t`), where no
+    other engine given the same URI finds it: refused, naming the table."""
+    from airflow_delta.engine.errors import UnsupportedStorageError
+
+    uri = f"az://lake/odd-{time.monotonic_ns()}/{path}"
+    with pytest.raises(UnsupportedStorageError, match=r"Table az://.*'\?' or '#'"):
+        DeltaLog.create_table(uri, SCHEMA, storage_options=azure)
+    for fine in ("q?x/t", "h#x/t?y", "my table %41 #x é"):
+        uri = f"az://lake/fine-{time.monotonic_ns()}/{fine}"
+        DeltaLog.create_table(uri, SCHEMA, storage_options=azure)
+        assert TableLocation.of(uri, azure).table_path == uri.removeprefix("az://")
