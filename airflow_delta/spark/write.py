@@ -65,6 +65,7 @@ from airflow_delta.engine.protocol.actions import AddCDCFile, AddFile, Metadata,
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.identity import check_no_explicit_identity
+from airflow_delta.engine.protocol.schema import merged_schema_json
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.constraints import (
@@ -155,15 +156,41 @@ def _can_up_cast(src: T.DataType, dst: T.DataType) -> bool:
     if isinstance(src, T.DateType):
         return isinstance(dst, T.TimestampType | T.TimestampNTZType)
     if isinstance(src, T.StructType) and isinstance(dst, T.StructType):
-        return len(src.fields) == len(dst.fields) and all(
-            a.name.lower() == b.name.lower() and _can_up_cast(a.dataType, b.dataType)
-            for a, b in zip(src.fields, dst.fields, strict=True)
+        # by name, in any order; a nullable field the data lacks is NULL (`_conformed`)
+        theirs = {f.name.lower(): f for f in dst.fields}
+        ours = {f.name.lower(): f for f in src.fields}
+        return (
+            set(ours) <= set(theirs)
+            and all(_can_up_cast(f.dataType, theirs[n].dataType) for n, f in ours.items())
+            and all(theirs[n].nullable for n in set(theirs) - set(ours))
         )
     if isinstance(src, T.ArrayType) and isinstance(dst, T.ArrayType):
         return _can_up_cast(src.elementType, dst.elementType)
     if isinstance(src, T.MapType) and isinstance(dst, T.MapType):
         return _can_up_cast(src.keyType, dst.keyType) and _can_up_cast(src.valueType, dst.valueType)
     return False
+
+
+def _conformed(value: Column, src: T.DataType, dst: T.DataType) -> Column:
+    """`value` (of type `src`) as `dst`, which `_can_up_cast` allows: struct fields matched by
+    name at any depth (inside arrays and map values too), those it lacks NULL."""
+    if src.simpleString() == dst.simpleString():
+        return value
+    if isinstance(src, T.StructType) and isinstance(dst, T.StructType):
+        ours = {f.name.lower(): f for f in src.fields}
+        fields = []
+        for f in dst.fields:
+            given = ours.get(f.name.lower())
+            field = F.lit(None) if given is None else value.getField(given.name)
+            typed = _conformed(field, T.NullType() if given is None else given.dataType, f.dataType)
+            fields.append(typed.alias(f.name))
+        return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*fields)).cast(dst)
+    if isinstance(src, T.ArrayType) and isinstance(dst, T.ArrayType):
+        return F.transform(value, lambda x: _conformed(x, src.elementType, dst.elementType))
+    if isinstance(src, T.MapType) and isinstance(dst, T.MapType):
+        keys = F.transform_keys(value, lambda k, _: _conformed(k, src.keyType, dst.keyType))
+        return F.transform_values(keys, lambda _, v: _conformed(v, src.valueType, dst.valueType))
+    return value.cast(dst)
 
 
 def normalize_data(
@@ -206,7 +233,8 @@ def normalize_data(
         elif source.dataType.simpleString() == f.dataType.simpleString():
             columns.append(F.col(quote_identifier(source.name)).alias(f.name))
         else:
-            columns.append(F.col(quote_identifier(source.name)).cast(f.dataType).alias(f.name))
+            value = F.col(quote_identifier(source.name))
+            columns.append(_conformed(value, source.dataType, f.dataType).alias(f.name))
     computed = ("delta.generationExpression", "delta.identity.start")  # filled after this
     missing = [
         f.name
@@ -445,14 +473,8 @@ def _prepare_metadata(
             txn.update_metadata_for_new_table(metadata)
     elif merge_schema:
         schema = json.loads(txn.metadata.schema_string or "{}")
-        known = {f["name"].lower() for f in schema["fields"]}
-        added = [
-            f
-            for f in _nullable_json(df.schema.jsonValue())["fields"]
-            if f["name"].lower() not in known
-        ]
-        if added:
-            widened = {**schema, "fields": [*schema["fields"], *added]}
+        widened = merged_schema_json(schema, _nullable_json(df.schema.jsonValue()))
+        if widened != schema:  # new columns and nested fields
             txn.update_metadata(txn.metadata.with_schema(widened))
 
 
@@ -481,7 +503,7 @@ def write_delta(
     does not load a second one). `mode`: "append", "overwrite" (all files, the files matching
     `replace_where`, or with `partition_overwrite_mode="dynamic"` the partitions `df` writes
     to), "error"/"errorifexists" or "ignore" (skip) when the table exists. `merge_schema` adds
-    `df`'s new columns; `overwrite_schema` (overwrite only) replaces the schema and the
+    `df`'s new columns and nested fields; `overwrite_schema` (overwrite only) replaces the schema and the
     partitioning. `configuration` holds the table properties of a new table.
     `commit_properties` sets user metadata, isolation level, commit attempts, post-commit
     hooks and app transactions (`SetTransaction(app_id, version)`: the write is skipped when

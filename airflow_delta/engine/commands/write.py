@@ -41,6 +41,7 @@ import pyarrow as pa
 from airflow_delta.engine.commands.command_transaction import command_transaction
 from airflow_delta.engine.commands.data_files import DEFAULT_TARGET_FILE_SIZE, write_tasks
 from airflow_delta.engine.commands.data_reader import (
+    ArrowColumn,
     conform,
     plain_table,
     same_family,
@@ -63,7 +64,7 @@ from airflow_delta.engine.protocol.actions import AddFile, Metadata, Operation
 from airflow_delta.engine.protocol.config import TableConfig
 from airflow_delta.engine.protocol.features import check_writer_support
 from airflow_delta.engine.protocol.identity import check_no_explicit_identity, generated_columns
-from airflow_delta.engine.protocol.schema import table_schema_json
+from airflow_delta.engine.protocol.schema import merged_schema_json, table_schema_json
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 
@@ -258,14 +259,12 @@ def _check_overwrite_options(
 
 
 def _merge_schema(txn: OptimisticTransaction, given: pa.Schema) -> None:
-    """Add the columns of `given` the table lacks (nullable) to its schema, in their order."""
-    known = {n.lower() for n in txn.metadata.schema.names}
-    added = [f.with_nullable(True) for f in given if f.name.lower() not in known]
-    if not added:
-        return
+    """Add the columns and nested fields of `given` the table lacks (nullable) to its schema,
+    after its own (`merged_schema_json`)."""
     schema = json.loads(txn.metadata.schema_string or "{}")
-    new = _schema_json(txn, pa.schema(added))["fields"]
-    txn.update_metadata(txn.metadata.with_schema({**schema, "fields": [*schema["fields"], *new]}))
+    merged = merged_schema_json(schema, _schema_json(txn, given))
+    if merged != schema:
+        txn.update_metadata(txn.metadata.with_schema(merged))
 
 
 def _replace_schema(txn: OptimisticTransaction, given: pa.Schema, partition_by: list[str]) -> None:
@@ -319,7 +318,7 @@ def _conformed(rows: pa.Table, schema: pa.Schema, txn: OptimisticTransaction) ->
                 problems.append(f"non-nullable column {field.name} is missing")
             columns.append(pa.nulls(rows.num_rows, field.type))
             continue
-        column = conform(rows.column(name), field.type)
+        column = conform(_with_missing_fields(rows.column(name), field.type), field.type)
         if column.type != field.type:
             if not _widens(column.type, field.type):
                 problems.append(f"column {name}: {column.type} does not widen to {field.type}")
@@ -333,6 +332,38 @@ def _conformed(rows: pa.Table, schema: pa.Schema, txn: OptimisticTransaction) ->
             "table's schema:\n - " + "\n - ".join(problems) + f"\nTable schema: {schema}"
         )
     return pa.Table.from_arrays(columns, schema=pa.schema([f.with_metadata(None) for f in schema]))
+
+
+def _with_missing_fields(column: ArrowColumn, target: pa.DataType) -> ArrowColumn:
+    """`column` with its struct fields named and ordered as `target`'s and the nullable fields
+    of `target` it lacks as NULLs, at any depth of structs and lists (names matched without
+    regard to case): the table's nested fields that a write without them leaves NULL. Any
+    other column, or one holding a field `target` lacks, is returned as it is."""
+    if isinstance(column, pa.ChunkedArray):
+        chunks = [_with_missing_fields(c, target) for c in column.chunks]
+        return pa.chunked_array(chunks, chunks[0].type) if chunks else column
+    given, mask = column.type, column.is_null() if column.null_count else None
+    if pa.types.is_list(given) and pa.types.is_list(target):
+        values = _with_missing_fields(column.values, target.value_type)
+        kind = pa.list_(given.value_field.with_type(values.type))
+        filled = pa.ListArray.from_arrays(column.offsets, values, kind, mask=mask)
+        return column if kind == given else filled
+    if not (pa.types.is_struct(given) and pa.types.is_struct(target)):
+        return column
+    have = {given.field(i).name.lower(): i for i in range(given.num_fields)}
+    wanted = [target.field(i) for i in range(target.num_fields)]
+    missing = [f for f in wanted if f.name.lower() not in have]
+    if set(have) - {f.name.lower() for f in wanted} or any(not f.nullable for f in missing):
+        return column
+    children = [
+        pa.nulls(len(column), f.type)
+        if f.name.lower() not in have
+        else _with_missing_fields(column.field(have[f.name.lower()]), f.type)
+        for f in wanted
+    ]
+    fields = [f.with_type(c.type) for f, c in zip(wanted, children, strict=True)]
+    filled = pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    return column if filled.type == given else filled
 
 
 def _widens(given: pa.DataType, target: pa.DataType) -> bool:

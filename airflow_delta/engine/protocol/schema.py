@@ -248,6 +248,50 @@ def table_schema_json(schema: pa.Schema) -> dict[str, Any]:
     return dict(json.loads(schema_to_json(schema)))
 
 
+def merged_schema_json(table: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Delta's schema merging for a write with mergeSchema: `table` (a schemaString object)
+    with the fields of `given` it lacks, at any depth (structs, array elements, map keys and
+    values), added nullable after its own; names match without regard to case. A type that
+    differs otherwise stays the table's (the write then checks that the data fits it).
+
+    >>> long, text = {"name": "a", "type": "long"}, {"name": "b", "type": "string"}
+    >>> s = merged_schema_json({"type": "struct", "fields": [{"name": "s", "type":
+    ...     {"type": "struct", "fields": [long]}}]}, {"type": "struct", "fields": [{"name":
+    ...     "s", "type": {"type": "struct", "fields": [long, text]}}]})
+    >>> [f["name"] for f in s["fields"][0]["type"]["fields"]]
+    ['a', 'b']
+    """
+    merged = _merged_type(table, given)
+    assert isinstance(merged, dict), "a schemaString object is a struct"
+    return merged
+
+
+def _merged_type(table: Any, given: Any) -> Any:
+    if not isinstance(table, Mapping) or not isinstance(given, Mapping):
+        return table
+    kind = table.get("type")
+    if kind != given.get("type"):
+        return table
+    if kind == "array":
+        return {**table, "elementType": _merged_type(table["elementType"], given["elementType"])}
+    if kind == "map":
+        key = _merged_type(table["keyType"], given["keyType"])
+        value = _merged_type(table["valueType"], given["valueType"])
+        return {**table, "keyType": key, "valueType": value}
+    if kind != "struct":
+        return table
+    theirs = {f["name"].lower(): f for f in given["fields"]}
+    fields = [
+        {**f, "type": _merged_type(f["type"], theirs[f["name"].lower()]["type"])}
+        if f["name"].lower() in theirs
+        else dict(f)
+        for f in table["fields"]
+    ]
+    ours = {f["name"].lower() for f in table["fields"]}
+    fields += [{**f, "nullable": True} for f in given["fields"] if f["name"].lower() not in ours]
+    return {**table, "fields": fields}
+
+
 def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     """The Delta `metadata` object carried by a pyarrow field ({} when it has none)."""
     raw = (field.metadata or {}).get(DELTA_METADATA_KEY)
