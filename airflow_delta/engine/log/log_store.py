@@ -194,6 +194,13 @@ class LogStore(ABC):
         pieces = [head.rstrip("/")] + [p.strip("/") for p in tail if p.strip("/")]
         return "/".join(pieces)
 
+    def _forget(self, path: str) -> None:
+        """Drop what the filesystem cached about `path`: its own entry and its directory's
+        listing (adlfs answers `exists` and `info` from the listing of the parent, and its
+        `invalidate_cache(path)` drops only `path`'s: a file deleted since stayed there)."""
+        self.fs.invalidate_cache(path)
+        self.fs.invalidate_cache(path.rsplit("/", 1)[0])
+
     # -- data files ----------------------------------------------------------------------
 
     @functools.cached_property
@@ -216,6 +223,7 @@ class LogStore(ABC):
             return contextlib.nullcontext(pa.py_buffer(self.fs.cat_file(path)))
         if self.is_local:
             return contextlib.nullcontext(path)
+        self._forget(path)  # open takes the size from a cached listing: maybe replaced since
         return contextlib.closing(self.fs.open(path, "rb"))
 
     def open_parquet(self, path: str) -> pq.ParquetFile:
@@ -223,6 +231,7 @@ class LogStore(ABC):
         than each column chunk loaded whole: decoding a large checkpoint peaks lower)."""
         if self.is_local:
             return pq.ParquetFile(path, pre_buffer=False, buffer_size=2**20)
+        self._forget(path)  # open takes the size from a cached listing: maybe replaced since
         return pq.ParquetFile(self.fs.open(path, "rb"))
 
     def open_output(self, path: str) -> Any:
@@ -443,13 +452,6 @@ class FsspecLogStore(LogStore):
         answer from a cached directory listing, which would hide files written since."""
         self._forget(path)
         return bool(self.fs.exists(path))
-
-    def _forget(self, path: str) -> None:
-        """Drop what the filesystem cached about `path`: its own entry and its directory's
-        listing (adlfs answers `exists` and `info` from the listing of the parent, and its
-        `invalidate_cache(path)` drops only `path`'s: a file deleted since stayed there)."""
-        self.fs.invalidate_cache(path)
-        self.fs.invalidate_cache(path.rsplit("/", 1)[0])
 
     def delete(self, path: str) -> None:
         """Remove `path` if present."""

@@ -304,3 +304,33 @@ def test_an_azure_table_path_adlfs_would_misaddress_is_refused(azure, path) -> N
         uri = f"az://lake/fine-{time.monotonic_ns()}/{fine}"
         DeltaLog.create_table(uri, SCHEMA, storage_options=azure)
         assert TableLocation.of(uri, azure).table_path == uri.removeprefix("az://")
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_a_log_file_replaced_after_a_listing_is_read_whole(store, request) -> None:
+    """adlfs opens a file with the size its cached listing of the directory holds: a checkpoint
+    another process rewrote (another engine's checkpoint of the same version) after this one
+    listed `_delta_log` was read at the old size (ArrowInvalid: no parquet footer)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    def parquet(rows: int) -> bytes:
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"x": list(range(rows))}), sink)
+        return sink.getvalue()
+
+    fixture = request.getfixturevalue(store)
+    options = fixture[0] if store == "gcs" else fixture
+    location = TableLocation.of(
+        f"{'gs' if store == 'gcs' else 'az'}://lake/re-{time.monotonic_ns()}", options
+    )
+    store_ = location.store
+    path = store_.join(location.log_path, "00000000000000000010.checkpoint.parquet")
+    store_.write(path, parquet(3), overwrite=True)
+    assert [f.name for f in store_.list_from(location.log_path)] == [path.rsplit("/", 1)[1]]
+    other = type(store_.fs)(**options, skip_instance_cache=True)  # another process
+    other.pipe_file(path, parquet(5000))
+    assert store_.open_parquet(path).read().num_rows == 5000
+    with store_.open_input(path) as f:
+        assert pq.read_table(f).num_rows == 5000
