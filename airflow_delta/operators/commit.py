@@ -608,11 +608,12 @@ class DeltaCommitOperator(BaseOperator):
 
         from airflow_delta.operators.lineage import openlineage_dataset_name, output_facets
 
-        namespace, name = openlineage_dataset_name(self.table_uri)
+        options = self.hook.storage_options  # an Azure URI may not name its account
+        namespace, name = openlineage_dataset_name(self.table_uri, options)
         facets = output_facets(self.result, self.table_schema)
         inputs = []
         if self.source_format is not None and self.source:
-            source_namespace, source_name = openlineage_dataset_name(self.source)
+            source_namespace, source_name = openlineage_dataset_name(self.source, options)
             inputs.append(Dataset(namespace=source_namespace, name=source_name))
         return OperatorLineage(
             inputs=inputs, outputs=[Dataset(namespace=namespace, name=name, facets=facets)]

@@ -9,6 +9,7 @@ so DAG parsing loads none of it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,22 +17,38 @@ from airflow_delta.assets import table_asset_uri
 
 #: URI schemes of the same store that OpenLineage names by one scheme (Spark's `s3a://`).
 SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+#: adlfs's schemes of Azure storage, named as ADLS Gen2 (`abfss://`) by OpenLineage.
+AZURE_SCHEMES = ("abfs", "abfss", "az")
 
 
-def openlineage_dataset_name(table_uri: str) -> tuple[str, str]:
+def openlineage_dataset_name(
+    table_uri: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[str, str]:
     """OpenLineage's (namespace, name) of a table: `("file", "/abs/path")` for local tables,
     `("s3://bucket", "key/path")` for object stores (`s3a://`, `s3n://` named as `s3://`, the
     way Spark's OpenLineage integration names them, so both join on one dataset).
 
+    Azure (adlfs's `abfs://`, `abfss://`, `az://`) is named
+    `abfss://{container}@{account}.dfs.core.windows.net`, the account taken from the URI or else
+    from the storage options' `account_name` (the URI `abfs://container/path` holds none).
+
     >>> openlineage_dataset_name("s3a://lake/events/")
     ('s3://lake', 'events')
+    >>> openlineage_dataset_name("az://box/db/t", {"account_name": "acct"})
+    ('abfss://box@acct.dfs.core.windows.net', 'db/t')
     """
     uri = table_asset_uri(table_uri)
     parts = urlsplit(uri)
+    name = parts.path.lstrip("/")
     if parts.scheme == "file":
         return "file", parts.path
+    if parts.scheme in AZURE_SCHEMES:
+        container, _, host = parts.netloc.partition("@")
+        account = host.split(".", 1)[0] or (storage_options or {}).get("account_name")
+        if account:
+            return f"abfss://{container}@{account}.dfs.core.windows.net", name
     scheme = SCHEME_ALIASES.get(parts.scheme, parts.scheme)
-    return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
+    return f"{scheme}://{parts.netloc}", name
 
 
 def schema_fields(schema: str | dict[str, Any]) -> list[Any]:

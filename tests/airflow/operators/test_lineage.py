@@ -67,9 +67,35 @@ def test_outputs_carry_the_schema_and_only_the_versions_committed(tmp_path: Path
             "abfss://box@acct.dfs.core.windows.net/db/events",
             ("abfss://box@acct.dfs.core.windows.net", "db/events"),
         ),
+        ("abfs://box@acct.dfs.core.windows.net/t", ("abfss://box@acct.dfs.core.windows.net", "t")),
     ],
 )
 def test_dataset_names_follow_the_openlineage_naming_spec(
     uri: str, expected: tuple[str, str]
 ) -> None:
     assert openlineage_dataset_name(uri) == expected
+
+
+@pytest.mark.parametrize("scheme", ["abfs", "abfss", "az"])
+def test_an_azure_table_is_named_by_the_account_of_its_connection(
+    scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adlfs's `abfs://container/path` names no account: the lineage took the container alone
+    for the namespace (`abfs://box`), which no other integration reports."""
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    extra = {"account_name": "acct", "account_key": "k"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DELTA_AZURE", json.dumps({"conn_type": "delta", "extra": extra})
+    )
+    op = DeltaWriteOperator(
+        task_id="w",
+        table_uri=f"{scheme}://box/db/events",
+        source=f"{scheme}://box/landing/",
+        source_format="json",
+        delta_conn_id="delta_azure",
+    )
+    lineage = op.get_openlineage_facets_on_complete(None)
+    namespace = "abfss://box@acct.dfs.core.windows.net"
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [(namespace, "db/events")]
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [(namespace, "landing")]
