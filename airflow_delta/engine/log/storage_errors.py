@@ -233,6 +233,8 @@ def _http_status(exc: BaseException) -> int | None:
     """The HTTP status of the response an exception reports (botocore, aiohttp, requests,
     gcsfs, azure): only what the instance carries, never a class attribute (AirflowException
     has a `status_code` of 500 that says nothing about storage)."""
+    if type(exc) is OSError and exc.errno is None and str(exc).startswith("Forbidden: "):
+        return 403  # gcsfs raises a 403 as OSError(f"Forbidden: {path}\n{message}")
     metadata = _response(exc).get("ResponseMetadata")
     own = vars(exc)
     response = own.get("response")

@@ -8,6 +8,7 @@ by a real s3fs reaching a closed port or finding no credentials.
 from __future__ import annotations
 
 import errno
+import json
 import socket
 from pathlib import Path
 
@@ -41,6 +42,19 @@ def s3_error(code: str, status: int) -> BaseException:
         "ResponseMetadata": {"HTTPStatusCode": status},
     }
     return translate_boto_error(ClientError(response, "GetObject"))  # type: ignore[arg-type]
+
+
+def gcs_error(status: int, message: str) -> BaseException:
+    """The exception gcsfs raises for a GCS error response (its own `validate_response`): a
+    403 is a bare OSError("Forbidden: ..."), which was taken for a transient network error."""
+    from gcsfs.retry import validate_response
+
+    body = json.dumps({"error": {"code": status, "message": message}}).encode()
+    try:
+        validate_response(status, body, "b/lake/o")
+    except Exception as exc:  # the point: what gcsfs raises
+        return exc
+    raise AssertionError(f"gcsfs raised nothing for HTTP {status}")
 
 
 def raised(make: BaseException, cause: BaseException, suppress: bool = False) -> BaseException:
@@ -121,6 +135,8 @@ def test_permanent(exc: BaseException) -> None:
         s3_error("SignatureDoesNotMatch", 403),
         NoCredentialsError(),
         aiohttp.ClientResponseError(None, (), status=401, message="Unauthorized"),  # type: ignore[arg-type]
+        gcs_error(401, "Invalid Credentials"),
+        gcs_error(403, "anon does not have storage.objects.list access to the bucket."),
     ],
     ids=repr,
 )
