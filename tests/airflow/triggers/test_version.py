@@ -424,3 +424,73 @@ def test_current_version_from_the_checkpoint_hint(tmp_path: Path) -> None:
     assert current_version(log) == 12
     (Path(uri) / "_delta_log" / "_last_checkpoint").write_text("not json")
     assert current_version(log) == 12
+
+
+# -- one triggerer, many triggers; a triggerer restart --------------------------------------------
+
+
+def test_a_hung_storage_call_holds_up_no_other_trigger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triggers share the triggerer's event loop: a poll whose storage call hangs (an
+    unreachable store) must leave the loop to the others. The hang is a stand-in for the poll's
+    storage call of one table (a hanging endpoint cannot be summoned on demand)."""
+    from airflow_delta.triggers import version as trigger_module
+
+    slow, fast = tmp_path / "slow", tmp_path / "fast"
+    new_table(slow)
+    append(new_table(fast))
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+    real = trigger_module.latest_version_since
+
+    def stand_in(delta_log: DeltaLog, baseline: int) -> int:
+        if delta_log.table_uri == str(slow):
+            entered.set()
+            release.wait(GENEROUS)
+            returned.set()
+        return real(delta_log, baseline)
+
+    monkeypatch.setattr(trigger_module, "latest_version_since", stand_in)
+
+    async def main() -> tuple[dict[str, Any], bool]:
+        hung = asyncio.ensure_future(anext(DeltaTableVersionTrigger(str(slow), 0).run()))
+        assert await asyncio.to_thread(entered.wait, GENEROUS)
+        other = DeltaTableVersionTrigger(str(fast), 0, poll_interval=0.01)
+        event = await asyncio.wait_for(anext(other.run()), GENEROUS)
+        slow_call_returned = returned.is_set()  # False: the other fired during the hang
+        release.set()
+        hung.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hung
+        return event.payload, slow_call_returned
+
+    payload, slow_call_returned = asyncio.run(main())
+    assert payload["status"] == "success" and payload["event"]["version"] == 1
+    assert not slow_call_returned
+
+
+def test_a_trigger_rebuilt_after_a_restart_reports_the_commit_made_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The triggerer stops (its trigger is cancelled mid-wait), a commit lands while no trigger
+    runs, and the trigger rebuilt from `serialize()` reports that version: none missed, and the
+    first trigger reported nothing."""
+    uri = str(tmp_path / "t")
+    log = new_table(Path(uri))
+
+    async def cancelled_after_polls() -> tuple[str, dict[str, Any]]:
+        trigger = DeltaTableVersionTrigger(uri, 0, target_version=1, poll_interval=0.01)
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return trigger.serialize()
+
+    classpath, kwargs = asyncio.run(cancelled_after_polls())
+    append(log)  # version 1, while no trigger runs
+    rebuilt = import_string(classpath)(**json.loads(json.dumps(kwargs)))
+    payload = first_event(rebuilt)
+    assert payload["status"] == "success"
+    assert (payload["event"]["version"], payload["event"]["baseline"]) == (1, 0)
