@@ -503,8 +503,8 @@ def write_delta(
     does not load a second one). `mode`: "append", "overwrite" (all files, the files matching
     `replace_where`, or with `partition_overwrite_mode="dynamic"` the partitions `df` writes
     to), "error"/"errorifexists" or "ignore" (skip) when the table exists. `merge_schema` adds
-    `df`'s new columns and nested fields; `overwrite_schema` (overwrite only) replaces the schema and the
-    partitioning. `configuration` holds the table properties of a new table.
+    `df`'s new columns and nested fields; `overwrite_schema` (overwrite only) replaces the
+    schema and the partitioning. `configuration` holds the table properties of a new table.
     `commit_properties` sets user metadata, isolation level, commit attempts, post-commit
     hooks and app transactions (`SetTransaction(app_id, version)`: the write is skipped when
     that application already committed that version or a later one).

@@ -26,7 +26,7 @@ from airflow_delta.engine.commands.data_files import (
     WritePlan,
     partition_runs,
 )
-from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.errors import ConstraintViolationError, InvalidArgumentError
 from airflow_delta.engine.expressions.constraints import violated_by
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.constraints import Constraint
@@ -105,10 +105,17 @@ def write_task(
                 row = {"path": _VIOLATION_PATH, "stats": json.dumps(violation)}
                 yield pa.RecordBatch.from_pylist([row], schema=FILE_ROW_SCHEMA)
                 return
-            for writer, rows in zip(writers, _split(batch, len(writers) > 1), strict=True):
-                if rows.num_rows:
-                    for values, table in partition_runs(writer.plan, rows):
-                        writer.add(values, table)
+            try:
+                for writer, rows in zip(writers, _split(batch, len(writers) > 1), strict=True):
+                    if rows.num_rows:
+                        for values, table in partition_runs(writer.plan, rows):
+                            writer.add(values, table)
+            except InvalidArgumentError as exc:  # a partition value Delta cannot hold
+                for writer in writers:
+                    writer.abort()
+                row = {"path": _VIOLATION_PATH, "stats": json.dumps({"argument": str(exc)})}
+                yield pa.RecordBatch.from_pylist([row], schema=FILE_ROW_SCHEMA)
+                return
         files = [r for writer in writers for r in writer.finish()]
     except BaseException:
         for writer in writers:
@@ -134,6 +141,10 @@ def collect_files(data: DataFrame, txn: OptimisticTransaction) -> list[Row]:
     ]
     location.store.delete_many(written)
     found = json.loads(violations[0]["stats"])
+    if "argument" in found:
+        stays = f"it stays at version {txn.read_version}" if txn.read_version >= 0 else ""
+        where = f"nothing was written ({stays or 'the table was not created'})"
+        raise InvalidArgumentError(found["argument"].replace("nothing was written", where))
     raise ConstraintViolationError(
         f"Table {txn.table}: nothing written (it stays at version {txn.read_version}): "
         f"{found['message']}\nFix or filter the rows that break it, or change the constraint.",

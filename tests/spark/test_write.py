@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from airflow_delta.engine import CommitProperties, DeltaLog, Operation, SetTransaction
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
+    InvalidArgumentError,
     InvalidCommitError,
     SchemaMismatchError,
     TableAlreadyExistsError,
@@ -724,3 +725,19 @@ def test_tables_other_engines_cannot_read_are_refused_before_the_job(
         write_delta(df, str(uri), partition_by=partition_by)
     assert str(uri) in str(caught.value)
     assert not uri.exists() or not any(uri.rglob("*.*"))
+
+
+def test_a_partition_value_delta_cannot_hold_fails_on_the_driver(
+    spark: SparkSession, table: str
+) -> None:
+    """A binary partition value that is not UTF-8, met by an executor: InvalidArgumentError on
+    the driver naming the table, the column and the version; no file left behind."""
+    first = spark.createDataFrame([(0, bytearray(b"ok"))], "id long, b binary")
+    write_delta(first, table, partition_by=["b"])
+    rows = [(1, bytearray(b"a")), (2, bytearray(b"\xff\xfe"))]
+    df = spark.createDataFrame(rows, "id long, b binary")
+    before = parquet_files(table)
+    with pytest.raises(InvalidArgumentError, match=r"partition column b: .*stays at version 0"):
+        write_delta(df, table)
+    assert parquet_files(table) == before
+    assert DeltaLog.for_table(table).update().version == 0

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_delta.engine.commands.file_stats import FileStats, footer_statistics, stats_leaves
-from airflow_delta.engine.errors import ConstraintViolationError
+from airflow_delta.engine.errors import ConstraintViolationError, InvalidArgumentError
 from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.log.log_store import get_log_store
 from airflow_delta.engine.log.storage_errors import missing_bucket_error
@@ -433,13 +433,17 @@ def partition_runs(
         )
         change[1:] |= columnar.bool_values(differs)
     starts = [*np.flatnonzero(change).tolist(), batch.num_rows]
+    columns = list(zip(plan.partition_columns, keys, plan.partition_types, strict=True))
     for start, end in itertools.pairwise(starts):
-        values = {
-            c: serialize_partition_value(key[start].as_py(), delta_type) or None
-            for c, key, delta_type in zip(
-                plan.partition_columns, keys, plan.partition_types, strict=True
-            )
-        }
+        values = {}
+        for c, key, delta_type in columns:
+            try:
+                values[c] = serialize_partition_value(key[start].as_py(), delta_type) or None
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"Cannot write to table {plan.uri}: partition column {c}: {exc}; nothing "
+                    "was written. Fix or filter those rows, or partition by another column."
+                ) from None
         yield values, data.slice(start, end - start)
 
 

@@ -23,6 +23,7 @@ from airflow_delta.engine import CommitProperties, DeltaLog, SetTransaction, wri
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
     IdentityColumnError,
+    InvalidArgumentError,
     InvalidCommitError,
     SchemaMismatchError,
     TableAlreadyExistsError,
@@ -349,3 +350,24 @@ def test_partition_columns_other_engines_refuse(
         write_table(str(uri), pa.table({"id": [1], "k": ["a"]}), partition_by=partition_by)
     assert str(uri) in str(caught.value)
     assert not uri.exists() or not any(uri.rglob("*.*"))
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_partition_value_delta_cannot_hold_is_refused_naming_the_column(
+    tmp_path: Path, existing: bool
+) -> None:
+    """A binary partition value that is not UTF-8 (Delta's partition values are text): a typed
+    error naming the table and the column, and no file left behind."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("b", pa.binary())])
+    if existing:
+        write_table(uri, pa.table({"id": [0], "b": [b"ok"]}, schema), partition_by=["b"])
+    before = sorted(p.name for p in tmp_path.rglob("*.parquet"))
+    rows = pa.table({"id": [1, 2, 3], "b": [b"a", b"\xff\xfe", b"z"]}, schema)
+    with pytest.raises(InvalidArgumentError, match=f"table {uri}: partition column b: .*UTF-8"):
+        write_table(uri, rows, mode="append", partition_by=["b"])
+    assert sorted(p.name for p in tmp_path.rglob("*.parquet")) == before
+    if existing:
+        assert DeltaLog.for_table(uri).update().version == 0
+    else:
+        assert not (tmp_path / "t" / "_delta_log").exists()
