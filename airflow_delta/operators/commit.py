@@ -608,7 +608,7 @@ class DeltaCommitOperator(BaseOperator):
 
         from airflow_delta.operators.lineage import openlineage_dataset_name, output_facets
 
-        options = self.hook.storage_options  # an Azure URI may not name its account
+        options = self._lineage_storage_options()
         namespace, name = openlineage_dataset_name(self.table_uri, options)
         facets = output_facets(self.result, self.table_schema)
         inputs = []
@@ -618,3 +618,15 @@ class DeltaCommitOperator(BaseOperator):
         return OperatorLineage(
             inputs=inputs, outputs=[Dataset(namespace=namespace, name=name, facets=facets)]
         )
+
+    def _lineage_storage_options(self) -> Mapping[str, Any] | None:
+        """The connection's storage options (an Azure URI may not name its account); None when
+        they cannot be read: the lineage of a task failed by its connection still names the
+        table."""
+        if not self.delta_conn_id:
+            return None
+        try:
+            return self.hook.storage_options
+        except Exception as exc:  # a missing or malformed connection: the task failed on it
+            log.debug("No storage options for the lineage of %s: %s", self.table_uri, exc)
+            return None

@@ -99,3 +99,16 @@ def test_an_azure_table_is_named_by_the_account_of_its_connection(
     namespace = "abfss://box@acct.dfs.core.windows.net"
     assert [(d.namespace, d.name) for d in lineage.outputs] == [(namespace, "db/events")]
     assert [(d.namespace, d.name) for d in lineage.inputs] == [(namespace, "landing")]
+
+
+def test_the_lineage_of_a_task_failed_by_its_connection_still_names_the_table() -> None:
+    """The FAIL event of a task whose connection is missing (the OpenLineage provider calls
+    the same method): reading the connection for an account must not drop the datasets."""
+    from airflow_delta.operators.write import DeltaWriteOperator
+
+    op = DeltaWriteOperator(
+        task_id="w", table_uri="s3://lake/events", source="SELECT 1", delta_conn_id="absent"
+    )
+    (dataset,) = op.get_openlineage_facets_on_complete(None).outputs
+    assert (dataset.namespace, dataset.name) == ("s3://lake", "events")
+    assert "version" not in dataset.facets
