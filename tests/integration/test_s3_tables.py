@@ -161,3 +161,16 @@ def test_a_write_to_a_missing_bucket_fails_and_creates_no_bucket(s3_bucket) -> N
     assert f"{missing}/events" in str(caught.value)
     buckets = [b["Name"] for b in s3_client(options).list_buckets()["Buckets"]]
     assert missing not in buckets
+
+
+def test_an_empty_last_checkpoint_on_s3_is_ignored(tmp_path, s3_bucket) -> None:
+    """A bounded read of an empty object (the `_last_checkpoint` hint is read so) returns b""
+    on every object store: Azure answers any range of an empty blob with 416."""
+    bucket, options = s3_bucket
+    uri = upload(make_table(tmp_path / "t", 3), bucket, options, name="empty-hint")
+    DeltaLog.for_table(uri, options).checkpoint()
+    store, root = get_log_store(uri, options)
+    hint = store.join(root, "_delta_log", "_last_checkpoint")
+    store.write(hint, b"", overwrite=True)
+    assert store.read(hint, max_size=1000) == b""
+    assert DeltaLog.for_table(uri, options).update().version == 2
