@@ -562,9 +562,12 @@ def write_change_tasks(
                 output = output.set_column(index, c, pc.if_else(pc.equal(column, ""), None, column))
         if columns and output.nbytes < ROW_GROUP_BYTES and _one_partition(output, columns):
             output = output.combine_chunks()  # one run, one batch (OPTIMIZE: not one per file)
-        elif columns:
-            keys = [(c, "ascending", "at_end") for c in columns]
-            output = output.take(pc.sort_indices(output, sort_keys=keys))
+        elif columns:  # sorted by position: pyarrow reads a key such as ".x" as a field path
+            keyed = pa.table(
+                [output.column(c) for c in columns], names=list(map(str, range(len(columns))))
+            )
+            keys = [(str(i), "ascending", "at_end") for i in range(len(columns))]
+            output = output.take(pc.sort_indices(keyed, sort_keys=keys))
         return physical_columns(output, metadata)
 
     def write_to(writer: DataFileWriter, output: pa.Table) -> list[dict[str, Any]]:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_delta.engine import CommitProperties, DeltaLog, SetTransaction, write_table
+from airflow_delta.engine import CommitProperties, DeltaLog, SetTransaction, read_table, write_table
 from airflow_delta.engine.errors import (
     ConstraintViolationError,
     IdentityColumnError,
@@ -371,3 +371,34 @@ def test_a_partition_value_delta_cannot_hold_is_refused_naming_the_column(
         assert DeltaLog.for_table(uri).update().version == 0
     else:
         assert not (tmp_path / "t" / "_delta_log").exists()
+
+
+# Partition column names pyarrow would read as a field path (a leading "." or "["), and other
+# characters Delta allows in a column name.
+_PARTITION_NAME = st.text(alphabet=st.sampled_from(list(".[]_%#é/ab0")), min_size=1, max_size=5)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    names=st.lists(_PARTITION_NAME, min_size=2, max_size=2, unique=True).filter(
+        lambda ns: "id" not in ns
+    )
+)
+def test_partition_columns_named_like_field_paths_are_written(tmp_path: Path, names) -> None:
+    """A partition column named `.x` (or `[0]`) crashed every partitioned write of more than one
+    partition (ArrowInvalid: pyarrow's sort took the name for a field path); the rows written
+    read back, by this engine and deltalake."""
+    uri = str(tmp_path / f"t{abs(hash(tuple(names)))}")
+    rows = pa.table({"id": [1, 2, 3, 4], names[0]: ["a", "b", "a", None], names[1]: [1, 1, 2, 2]})
+    write_table(uri, rows, partition_by=names)
+    expected = sorted(rows.to_pylist(), key=lambda r: r["id"])
+    assert sorted(read_table(uri).to_pylist(), key=lambda r: r["id"]) == expected
+    theirs = pa.table(
+        QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t").read_all()
+    )
+    assert sorted(theirs.to_pylist(), key=lambda r: r["id"]) == expected
