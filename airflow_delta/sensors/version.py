@@ -42,20 +42,19 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue, TaskInstanceState
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_delta.hooks.delta import DeltaHook
 from airflow_delta.triggers.version import (
     DeltaTableRecreatedError,
     DeltaTableVersionTrigger,
     current_version,
-    event_failure_message,
-    failure_message,
-    how_to_fix,
+    error_event,
     log_transient_error,
     log_waiting,
     poll_table_version,
     version_event,
+    wait_error,
 )
 
 if TYPE_CHECKING:
@@ -200,10 +199,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             raise
         except Exception as exc:
             if not is_transient_storage_error(exc):
-                fix = how_to_fix(exc, self.delta_conn_id)
-                raise AirflowException(
-                    failure_message(self.table_uri, type(exc).__name__, str(exc), fix)
-                ) from exc
+                event = error_event(exc, self.delta_conn_id, self._baseline)
+                raise wait_error(self.table_uri, event) from exc
             self._transient_errors += 1
             log_transient_error(
                 self.log, self.table_uri, self._transient_errors, exc, "at the next poke"
@@ -220,7 +217,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         if event.get("status") != "success":
             if event.get("error_type") == DeltaTableRecreatedError.__name__:
                 raise DeltaTableRecreatedError(event.get("message"))
-            raise AirflowException(event_failure_message(self.table_uri, event))
+            raise wait_error(self.table_uri, event)
         return self._finish(context, event["event"])
 
     def _finish(self, context: Context, found: Mapping[str, Any]) -> int:

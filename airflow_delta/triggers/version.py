@@ -7,7 +7,8 @@ file and touches no filesystem itself.
 A poll that fails with a transient storage error (`storage_errors.is_transient_storage_error`:
 a dropped connection, a timeout, throttling, an HTTP 5xx) is retried, the trigger's retries
 spaced by `retry_delay` (doubling, bounded), until the sensor's timeout ends the wait. Any other
-error ends the wait at once, with a message (`failure_message`) naming the table and the fix.
+error ends the wait at once, with a DeltaTableWaitError (`wait_error`) naming the table, the
+baseline and the fix.
 
 DAG files import this module through the sensor, so it loads no engine (pyarrow, fsspec) at
 import: each function imports the engine modules it calls, the first poll of the sensor or of
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_delta.hooks.delta import DeltaHook
@@ -240,22 +241,31 @@ def how_to_fix(exc: BaseException, delta_conn_id: str | None) -> str:
     )
 
 
-def failure_message(table: str, error_type: str, message: str, fix: str = "") -> str:
+def failure_message(
+    table: str, error_type: str, message: str, fix: str = "", baseline: int | None = None
+) -> str:
     """The error of a task whose wait for a new version failed.
 
     >>> failure_message("/data/t", "TimeoutError", "read", "Retry.")
     "Waiting for a new version of Delta table '/data/t' failed: TimeoutError: read. Retry."
+    >>> failure_message("/data/t", "CorruptLogError", "bad", baseline=9)
+    "Waiting for a new version of Delta table '/data/t' (baseline: 9) failed: CorruptLogError: bad"
     """
-    text = f"Waiting for a new version of Delta table '{table}' failed: {error_type}: {message}"
+    since = "" if baseline is None else f" (baseline: {baseline})"
+    text = (
+        f"Waiting for a new version of Delta table '{table}'{since} failed: {error_type}: {message}"
+    )
     if not fix:
         return text
     return f"{text} {fix}" if text.endswith(".") else f"{text}. {fix}"
 
 
-def error_event(exc: BaseException, delta_conn_id: str | None) -> dict[str, Any]:
-    """The payload of the trigger's error event for `exc` (`failure_message` reads it back).
+def error_event(
+    exc: BaseException, delta_conn_id: str | None, baseline: int | None = None
+) -> dict[str, Any]:
+    """The payload of the trigger's error event for `exc` (`wait_error` reads it back).
 
-    >>> error_event(PermissionError("denied"), None)["error_type"]
+    >>> error_event(PermissionError("denied"), None, 9)["error_type"]
     'PermissionError'
     """
     return {
@@ -263,18 +273,39 @@ def error_event(exc: BaseException, delta_conn_id: str | None) -> dict[str, Any]
         "error_type": type(exc).__name__,
         "message": str(exc),
         "fix": how_to_fix(exc, delta_conn_id),
+        "baseline": baseline,
     }
 
 
-def event_failure_message(table: str, event: Mapping[str, Any]) -> str:
-    """`failure_message` of an error event.
+class DeltaTableWaitError(AirflowException):
+    """Waiting for a new version of a Delta table failed with an error that is not transient.
 
-    >>> event_failure_message("/t", {"error_type": "CorruptLogError", "message": "bad"})
-    "Waiting for a new version of Delta table '/t' failed: CorruptLogError: bad"
+    The message names the table, the baseline, the error and the fix; the attributes hold them
+    for callbacks: `table`, `baseline` (None when unknown), `error_type` (the class name of the
+    storage or engine error, such as "CorruptLogError" or "PermissionError").
     """
-    return failure_message(
-        table, str(event.get("error_type")), str(event.get("message")), event.get("fix") or ""
+
+    table: str = ""
+    baseline: int | None = None
+    error_type: str = ""
+
+
+def wait_error(table: str, event: Mapping[str, Any]) -> DeltaTableWaitError:
+    """The DeltaTableWaitError of an error event (the trigger's, or a poke's `error_event`).
+
+    >>> wait_error("/t", {"error_type": "CorruptLogError", "message": "bad"}).error_type
+    'CorruptLogError'
+    """
+    baseline = event.get("baseline")
+    baseline = baseline if isinstance(baseline, int) else None
+    error_type = str(event.get("error_type"))
+    error = DeltaTableWaitError(
+        failure_message(
+            table, error_type, str(event.get("message")), event.get("fix") or "", baseline
+        )
     )
+    error.table, error.baseline, error.error_type = table, baseline, error_type
+    return error
 
 
 class DeltaTableVersionTrigger(BaseTrigger):
@@ -359,7 +390,7 @@ class DeltaTableVersionTrigger(BaseTrigger):
                 )
             except Exception as exc:
                 if not is_transient_storage_error(exc):
-                    yield TriggerEvent(error_event(exc, self.delta_conn_id))
+                    yield TriggerEvent(error_event(exc, self.delta_conn_id, self.baseline_version))
                     return
                 attempt += 1
                 delay = retry_delay(self.poll_interval, attempt)

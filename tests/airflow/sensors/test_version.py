@@ -24,16 +24,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 import airflow_delta.sensors.version as sensor_module
 from airflow_delta.engine import DeltaLog
+from airflow_delta.engine.errors import CorruptLogError
 from airflow_delta.sensors.version import (
     BASELINE_STATE_KEY,
     XCOM_KEY,
     DeltaTableVersionSensor,
     version_at,
 )
-from airflow_delta.triggers.version import DeltaTableRecreatedError
+from airflow_delta.triggers.version import (
+    DeltaTableRecreatedError,
+    DeltaTableWaitError,
+    error_event,
+)
 from tests.airflow.conftest import TABLES_ROOT, Flaky, load_dag
 from tests.airflow.dags.sensor_dags import SENSOR_TIMEOUT
 from tests.airflow.metadata import asset_events, xcoms
@@ -380,8 +386,9 @@ class TestSensorRuns:
         assert (engine.calls, ti.try_number) == (2, 2)  # each try fails at its first poke
         out = capfd.readouterr().out
         assert (
-            f"Waiting for a new version of Delta table '{uri}' failed: PermissionError: "
-            "[Errno 13] Permission denied. Check the credentials of the environment" in out
+            f"DeltaTableWaitError: Waiting for a new version of Delta table '{uri}' (baseline: 0) "
+            "failed: PermissionError: [Errno 13] Permission denied. Check the credentials of the "
+            "environment" in out
         )
         assert XCOM_KEY not in xcoms(dag_run, "wait")
 
@@ -395,8 +402,9 @@ class TestSensorRuns:
         assert ti_of(dag_run).state == "failed"
         assert engine.calls <= 4  # two tries: a poke and a trigger poll, or a failing poke
         assert (
-            f"Waiting for a new version of Delta table '{uri}' failed: PermissionError: "
-            "[Errno 13] Permission denied. Check the credentials" in capfd.readouterr().out
+            f"DeltaTableWaitError: Waiting for a new version of Delta table '{uri}' (baseline: 0) "
+            "failed: PermissionError: [Errno 13] Permission denied. Check the credentials"
+            in capfd.readouterr().out
         )
 
 
@@ -463,6 +471,23 @@ def test_execute_complete_raises_the_trigger_errors() -> None:
         "Waiting for a new version of Delta table '/tmp/t' failed: NoCredentialsError: Unable to "
         "locate credentials. Check the credentials of the connection 'delta_s3'."
     )
+
+
+def test_a_failed_wait_raises_a_typed_error_naming_the_table_and_the_baseline() -> None:
+    """The trigger's error event and a poke's error were a bare AirflowException, without the
+    baseline: callbacks could not tell a failed wait from any other failure."""
+    sensor = DeltaTableVersionSensor(task_id="wait", table_uri="/tmp/t")
+    event = error_event(CorruptLogError("bad commit 12"), None, 9)
+    assert json.loads(json.dumps(event)) == event  # a TriggerEvent payload
+    with pytest.raises(DeltaTableWaitError) as raised:
+        sensor.execute_complete({}, event)  # type: ignore[arg-type]
+    error = raised.value
+    assert (error.table, error.baseline, error.error_type) == ("/tmp/t", 9, "CorruptLogError")
+    assert str(error).startswith(
+        "Waiting for a new version of Delta table '/tmp/t' (baseline: 9) failed: "
+        "CorruptLogError: bad commit 12"
+    )
+    assert isinstance(error, AirflowException) and not isinstance(error, AirflowFailException)
 
 
 # -- the baseline at a moment ---------------------------------------------------------------------

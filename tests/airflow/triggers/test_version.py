@@ -30,6 +30,7 @@ from airflow_delta.triggers.version import (
     MAX_RETRY_DELAY,
     DeltaTableRecreatedError,
     DeltaTableVersionTrigger,
+    DeltaTableWaitError,
     current_version,
     latest_version_since,
     poll_table_version,
@@ -266,10 +267,14 @@ def test_trigger_ends_at_once_on_a_permanent_error(
         "message": "[Errno 13] Permission denied",
         "fix": "Check the credentials of the connection 'delta_local': they must be allowed to "
         "list and read the table's _delta_log.",
+        "baseline": 0,
     }
     sensor = DeltaTableVersionSensor(task_id="wait", table_uri=uri)
-    with pytest.raises(Exception, match="Check the credentials of the connection 'delta_local'"):
+    with pytest.raises(
+        DeltaTableWaitError, match=r"\(baseline: 0\) failed: PermissionError: .* Check the "
+    ) as raised:
         sensor.execute_complete({}, payload)  # type: ignore[arg-type]
+    assert (raised.value.table, raised.value.baseline) == (uri, 0)
 
 
 def test_trigger_ends_at_once_on_real_permanent_errors(
