@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_delta.engine.protocol.columnar import struct_child
 from airflow_delta.engine.protocol.log_json import stats_json, stats_value
 from airflow_delta.engine.protocol.schema import is_variant
 
@@ -108,7 +109,7 @@ class FileStats:
         for path, has_min_max in self.leaves:
             column: Any = table.column(path[0])
             for name in path[1:]:
-                column = pc.struct_field(column, name)  # nulls of the parents included
+                column = struct_child(column, name)  # nulls of the parents included
             self.nulls[path] = self.nulls.get(path, 0) + column.null_count
             if not has_min_max:
                 continue

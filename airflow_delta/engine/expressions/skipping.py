@@ -277,7 +277,7 @@ def _column_stats(
         array = read.get(struct)
         if array is None or array.type.get_field_index(key) < 0:
             return None
-        return pc.struct_field(array, key)
+        return columnar.struct_child(array, key)
 
     null_count = field("nullCount")
     low, high = field("minValues"), field("maxValues")

@@ -226,3 +226,12 @@ def concat_consuming(arrays: list[pa.Array], type_: pa.DataType) -> pa.Array:
         else:
             children.append(concat_consuming(pieces, f.type))
     return pa.StructArray.from_arrays(children, fields=list(type_), mask=mask)
+
+
+def struct_child(array: Any, name: str) -> Any:
+    """The child field `name` of a struct (chunked) array, picked by position: `pc.struct_field`
+    reads a name such as ".x" or "[0]" as a field path and fails (or picks another field)."""
+    import pyarrow.compute as pc
+
+    index = array.type.get_field_index(name)
+    return pc.struct_field(array, [index] if index >= 0 else name)

@@ -402,3 +402,30 @@ def test_partition_columns_named_like_field_paths_are_written(tmp_path: Path, na
         QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t").read_all()
     )
     assert sorted(theirs.to_pylist(), key=lambda r: r["id"]) == expected
+
+
+@pytest.mark.parametrize("child", [".y", "[0]", ".s.y"])
+def test_nested_fields_named_like_field_paths_get_their_own_stats(tmp_path: Path, child) -> None:
+    """File statistics took a nested field named `.y` for the field path `y`: without a sibling
+    `y` the write crashed (ArrowInvalid), with one the file got `y`'s min and max as `.y`'s
+    (data skipping of other engines then dropped matching rows)."""
+    structs = [{child: v, "y": 100, "s": {"y": 7}} for v in (1, 2, 3)]
+    rows = pa.table({"id": [1, 2, 3], "st": structs, ".x": [10, 20, 30]})
+    uri = str(tmp_path / "t")
+    write_table(uri, rows)
+    (added,) = DeltaLog.for_table(uri).update().all_files()
+    stats = json.loads(added.stats or "{}")
+    assert stats["minValues"]["st"] == {child: 1, "y": 100, "s": {"y": 7}}
+    assert stats["maxValues"]["st"] == {child: 3, "y": 100, "s": {"y": 7}}
+    assert (stats["minValues"][".x"], stats["maxValues"][".x"]) == (10, 30)
+    assert sorted(read_table(uri).to_pylist(), key=lambda r: r["id"]) == rows.to_pylist()
+
+
+def test_data_skipping_reads_the_stats_of_a_column_named_like_a_field_path(tmp_path: Path) -> None:
+    """Data skipping read the statistics of `.x` from those of `x` (pyarrow's field path): a
+    filter on `.x` skipped the very file holding the matching rows."""
+    uri = str(tmp_path / "t")
+    write_table(uri, pa.table({"id": [1], ".x": [50], "x": [0]}))
+    write_table(uri, pa.table({"id": [2], ".x": [0], "x": [50]}))
+    assert read_table(uri, filter="`.x` > 25").column("id").to_pylist() == [1]
+    assert read_table(uri, filter="x > 25").column("id").to_pylist() == [2]
