@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_delta.operators.commit import DeltaCommitOperator
+from airflow_delta.operators.commit import DeltaCommitOperator, rendered_scope
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -126,6 +126,26 @@ class DeltaMergeOperator(DeltaCommitOperator):
         self.clauses_callable = clauses if callable(clauses) else None
         self.source_alias = source_alias
         self.target_alias = target_alias
+        self.given["condition"] = condition
+        if isinstance(clauses, Sequence) and not isinstance(clauses, str):
+            self.given["clauses"] = [dict(c) for c in clauses]
+
+    def rendered_clauses(self) -> list[Any]:
+        """The clause dicts as rendered; a clause condition that was a template and rendered
+        to nothing is refused (`rendered_scope`): without its condition a `delete` clause
+        would delete every matched (or every unmatched target) row."""
+        clauses = [dict(c) if isinstance(c, Mapping) else c for c in self.clauses or []]
+        given = self.given.get("clauses") or []
+        for i, (clause, as_given) in enumerate(zip(clauses, given, strict=False)):
+            if isinstance(clause, dict) and "condition" in as_given:
+                clause["condition"] = rendered_scope(
+                    self.operation,
+                    self.table_uri,
+                    f"clauses[{i}] condition",
+                    clause.get("condition"),
+                    as_given["condition"],
+                )
+        return clauses
 
     def commit_once(
         self, spark: SparkOnDemand, context: Context, txn: OptimisticTransaction
@@ -135,12 +155,12 @@ class DeltaMergeOperator(DeltaCommitOperator):
         builder = merge_delta(
             txn,
             self.read_source(spark, context),
-            self.condition,
+            self.scope("condition") or "",  # never None: the condition is required
             self.source_alias,
             self.target_alias,
             storage_options=self.hook.storage_options,
         )
-        builder = apply_clauses(builder, self.clauses_callable or self.clauses or [])
+        builder = apply_clauses(builder, self.clauses_callable or self.rendered_clauses())
         result = builder.execute()
         self.executor = builder.executor
         return result

@@ -1,9 +1,10 @@
 """Test DAGs of rendered template fields (tests/airflow/operators/test_rendering.py): the SQL
 arguments whose None means the whole table (a DELETE / UPDATE predicate, a write's
-replace_where, an OPTIMIZE partition filter) templated from a value that is missing, rendered
-natively (`render_template_as_native_obj=True`: None) and as text ("None", blank); and text
-arguments rendered natively to other objects (user_metadata from an int param). The table
-`rendered` (tests/engine/commands/dml_tables.py's columns) is written by the test beforehand.
+replace_where, an OPTIMIZE partition filter, a MERGE clause condition) templated from a value
+that is missing, rendered natively (`render_template_as_native_obj=True`: None) and as text
+("None", blank); and text arguments rendered natively to other objects (user_metadata from an
+int param). The table `rendered` (tests/engine/commands/dml_tables.py's columns) is written by
+the test beforehand.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_delta.operators.dml import DeltaDeleteOperator, DeltaUpdateOperator
+from airflow_delta.operators.merge import DeltaMergeOperator
 from airflow_delta.operators.optimize import DeltaOptimizeOperator
 from airflow_delta.operators.write import DeltaWriteOperator
 
@@ -46,6 +48,16 @@ def whole_table_tasks(missing: str) -> None:
         replace_where=missing,
     )
     DeltaOptimizeOperator(task_id="optimize", table_uri=TABLE, partition_filter=missing)
+    DeltaMergeOperator(  # the delete clause without its condition: every unmatched row
+        task_id="merge",
+        table_uri=TABLE,
+        source=one_row,
+        condition="t.id = s.id",
+        clauses=[
+            {"when": "matched", "then": "update_all"},
+            {"when": "not_matched_by_source", "then": "delete", "condition": missing},
+        ],
+    )
 
 
 for dag_id, native, missing in [

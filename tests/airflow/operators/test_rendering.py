@@ -19,6 +19,7 @@ WHOLE_TABLE_ARGS = {
     "update": "predicate",
     "overwrite": "replace_where",
     "optimize": "partition_filter",
+    "merge": "clauses[1] condition",
 }
 
 
