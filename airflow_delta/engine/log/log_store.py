@@ -45,7 +45,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from airflow_delta.engine.errors import CorruptLogError, UnsupportedStorageError
+from airflow_delta.engine.errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    UnsupportedStorageError,
+)
 from airflow_delta.engine.log.azure_blobs import check_addressable, delete_blobs
 from airflow_delta.engine.log.storage_options import (
     LOG_COMPACTION_OPTION,
@@ -654,6 +658,11 @@ def _local_root(uri: str) -> str:
         parts = urlsplit(uri)
         if parts.netloc not in ("", "localhost"):
             raise ValueError(f"file URI with a remote host is not supported: {uri!r}")
+        if parts.query or parts.fragment or uri.endswith(("?", "#")):  # dropped: another table
+            raise InvalidArgumentError(
+                f"Table {uri}: a '?' or '#' in a file URI starts a query or fragment, so the "
+                f"table would be {unquote(parts.path)!r}. Write '?' as %3F and '#' as %23."
+            )
         uri = unquote(parts.path)
     return os.path.abspath(uri)
 

@@ -70,6 +70,19 @@ def test_local_uri_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         get_log_store("file://otherhost/tbl")
 
 
+@pytest.mark.parametrize("suffix", ["?x", "#x", "?", "#", "?a#b"])
+def test_a_file_uri_with_a_query_or_fragment_is_refused(tmp_path: Path, suffix: str) -> None:
+    """`file:///data/t#1` was the table `/data/t` (the query or fragment silently dropped): a
+    write went to another table. Refused with the escape to use; plain paths stay literal."""
+    from airflow_delta.engine.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"Table file://.*%3F.*%23"):
+        get_log_store(f"file://{tmp_path}/t{suffix}")
+    assert get_log_store(f"{tmp_path}/t{suffix}")[1] == f"{tmp_path}/t{suffix}"
+    escaped = suffix.replace("?", "%3F").replace("#", "%23")
+    assert get_log_store(f"file://{tmp_path}/t{escaped}")[1] == f"{tmp_path}/t{suffix}"
+
+
 def test_local_put_if_absent_keeps_first_and_leaves_no_temp(tmp_path: Path) -> None:
     store, root = get_log_store(str(tmp_path / "tbl"))
     log_dir = store.join(root, "_delta_log")
