@@ -35,10 +35,12 @@ pure Python, and the engine is imported by the methods that run when the sensor 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from airflow.configuration import conf
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue, TaskInstanceState
@@ -170,7 +172,7 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             return found.xcom_value
         self.defer(
             trigger=DeltaTableVersionTrigger(
-                table_uri=self.table_uri,
+                table_uri=process_independent_uri(self.table_uri),
                 baseline_version=self._baseline,
                 target_version=self._target,
                 delta_conn_id=self.delta_conn_id,
@@ -218,7 +220,8 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             if event.get("error_type") == DeltaTableRecreatedError.__name__:
                 raise DeltaTableRecreatedError(event.get("message"))
             raise wait_error(self.table_uri, event)
-        return self._finish(context, event["event"])
+        # the table as this task names it (the trigger may have watched its absolute path)
+        return self._finish(context, {**event["event"], "table": self.table_uri})
 
     def _finish(self, context: Context, found: Mapping[str, Any]) -> int:
         """Log, push the XCom and set the outlet asset events' extra; the version found."""
@@ -309,6 +312,20 @@ def version_at(delta_log: DeltaLog, when: datetime) -> int:
         return version_at_timestamp(delta_log.location, when)
     except (TableNotFoundError, VersionNotFoundError):
         return -1
+
+
+def process_independent_uri(table_uri: str) -> str:
+    """`table_uri` as the triggerer must see it: a relative local path made absolute here.
+
+    The triggerer is another process, started in another directory: a relative path would
+    name another table there, and the trigger would wait for a table nobody writes.
+
+    >>> process_independent_uri("s3://lake/events") == "s3://lake/events"
+    True
+    """
+    if urlsplit(table_uri).scheme or os.path.isabs(table_uri):
+        return table_uri
+    return os.path.abspath(table_uri)
 
 
 def _is_template(value: object) -> bool:

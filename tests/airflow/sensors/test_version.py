@@ -513,3 +513,36 @@ def test_version_at_a_time(tmp_path: Path) -> None:
 def _no_leaked_writers() -> Iterator[None]:
     yield
     assert not [t for t in threading.enumerate() if isinstance(t, Writer) and t.is_alive()]
+
+
+def test_a_deferred_relative_table_is_the_same_table_in_the_triggerer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triggerer is another process, started in another directory: the trigger got the
+    relative path as given and watched a table of that directory, which nobody writes (the
+    wait ran until the sensor's timeout). The other directory is a chdir here."""
+    import asyncio
+
+    from airflow.sdk.exceptions import TaskDeferred
+    from airflow.sdk.module_loading import import_string
+
+    worker, triggerer = tmp_path / "worker", tmp_path / "triggerer"
+    worker.mkdir()
+    triggerer.mkdir()
+    monkeypatch.chdir(worker)
+    log = new_table(worker / "t")
+    sensor = DeltaTableVersionSensor(
+        task_id="wait", table_uri="t", baseline_version=0, deferrable=True, poke_interval=0.05
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})  # type: ignore[arg-type]  # an explicit baseline reads no context
+    classpath, kwargs = deferred.value.trigger.serialize()
+    monkeypatch.chdir(triggerer)
+    append(log)
+    trigger = import_string(classpath)(**json.loads(json.dumps(kwargs)))
+
+    async def first_event() -> dict[str, Any]:
+        return (await asyncio.wait_for(anext(trigger.run()), 30)).payload
+
+    payload = asyncio.run(first_event())
+    assert payload["status"] == "success" and payload["event"]["version"] == 1
