@@ -357,7 +357,7 @@ class DeltaCommitOperator(BaseOperator):
         #: The table's schemaString after the last commit attempt (OpenLineage's schema facet).
         self.table_schema: str | None = None
         #: The arguments of `scope()` as given (templates unrendered), by name.
-        self.given: dict[str, Any] = {}
+        self.given: dict[str, Any] = {"txn_app_id": txn_app_id}
 
     def scope(self, name: str) -> str | None:
         """The rendered SQL argument `name` whose None means the whole table (see
@@ -439,7 +439,17 @@ class DeltaCommitOperator(BaseOperator):
         from airflow_delta.engine.txn.commit_types import CommitProperties
 
         app_transactions: list[SetTransaction] = []
-        if self.txn_app_id is not None and self.txn_version is not None:
+        app_id = rendered_text(self.txn_app_id)
+        if is_templated(self.given.get("txn_app_id")) and (
+            app_id is None or app_id.strip() in RENDERED_NOTHING
+        ):
+            raise ValueError(
+                f"Task {self.task_id} writing {self.table_uri}: txn_app_id "
+                f"{self.given['txn_app_id']!r} rendered to {app_id!r}: every task whose template "
+                "misses its value would share that app id, and a write finding a later version "
+                "under it is skipped as already committed. Fix the template or the value it reads."
+            )
+        if app_id is not None and self.txn_version is not None:
             try:
                 version = int(self.txn_version)
             except (TypeError, ValueError):
@@ -448,7 +458,7 @@ class DeltaCommitOperator(BaseOperator):
                     f"integer (the app transaction's version), got {self.txn_version!r}; fix "
                     "the value or its template"
                 ) from None
-            app_transactions.append(SetTransaction(str(self.txn_app_id), version))
+            app_transactions.append(SetTransaction(app_id, version))
         elif self.exactly_once:
             app_transactions.append(exactly_once_txn(context))
         ti = context["ti"]

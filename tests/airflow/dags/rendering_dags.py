@@ -48,6 +48,9 @@ def whole_table_tasks(missing: str) -> None:
         replace_where=missing,
     )
     DeltaOptimizeOperator(task_id="optimize", table_uri=TABLE, partition_filter=missing)
+    DeltaWriteOperator(  # an exactly-once marker under an app id that other tasks share
+        task_id="marker", table_uri=TABLE, source=one_row, txn_app_id=missing, txn_version="1"
+    )
     DeltaMergeOperator(  # the delete clause without its condition: every unmatched row
         task_id="merge",
         table_uri=TABLE,

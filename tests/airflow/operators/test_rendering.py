@@ -39,7 +39,7 @@ def test_a_whole_table_argument_rendered_to_nothing_fails_and_changes_nothing(
     before = rows(uri)
     version = DeltaLog.for_table(uri).update().version
     dag_run = load_dag(dag_id).test()
-    assert task_states(dag_run) == dict.fromkeys(WHOLE_TABLE_ARGS, "failed")
+    assert task_states(dag_run) == dict.fromkeys([*WHOLE_TABLE_ARGS, "marker"], "failed")
     assert DeltaLog.for_table(uri).update().version == version
     assert rows(uri) == before
     text = capfd.readouterr().out
@@ -47,6 +47,8 @@ def test_a_whole_table_argument_rendered_to_nothing_fails_and_changes_nothing(
         operation = {"overwrite": "WRITE"}.get(task_id, task_id.upper())
         assert f"{operation} of table {uri}: {name} " in text, task_id
     assert f"rendered to {rendered}; refusing to run DELETE on the whole table" in text
+    assert f"writing {uri}: txn_app_id " in text
+    assert f"rendered to {rendered}: every task whose template misses its value" in text
 
 
 @pytest.mark.usefixtures("airflow_db", "no_spark")
