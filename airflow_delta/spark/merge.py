@@ -152,6 +152,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     _tracking: RowTracking | None = None
     #: The source DataFrame's row count and pruning values (`spark/merge_source.py`).
     _facts: SourceFacts
+    #: The source DataFrame's column types by lower-case name.
+    _source_types: dict[str, Any] = {}
 
     def _many_source_values(self, name: str, delta_type: str) -> bool:
         if not isinstance(self.source_df, DataFrame):
@@ -214,6 +216,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         where = f"{self.target_uri} (version {txn.read_version})"
         check_reserved_names(where, [f.name for f in txn.metadata.schema], "table")
         check_reserved_names(where, self.source_df.columns, "source")
+        self._source_types = {f.name.lower(): f.dataType for f in self.source_df.schema.fields}
         with self._spark_sql(txn):
             # one job: the row count, the pruning bounds (and a partition column's values)
             self._facts = SourceFacts(self.source_df, self._pruning_columns(txn))
@@ -548,11 +551,6 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         with a target side); on a change-data-feed table, with CHANGE_TYPE_COLUMN: NULL for a
         copied row, the clause's change for the others, and an `update_preimage` row (the
         target row as it was) besides each updated row."""
-        alias = quote_identifier(self.target_alias)
-
-        def default(f: StructField) -> Column:
-            return F.col(f"{alias}.{quote_identifier(f.name)}") if target else F.lit(None)
-
         changes: list[Column] = []
         if self._changes:
             updating = [i for i, c in enumerate(clauses) if c.action == "update"]
@@ -564,7 +562,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             for i, clause in enumerate(clauses):
                 change = change.when(F.col(_ACTION) == i, F.lit(_CHANGE_TYPES[clause.action]))
             changes.append(change.alias(CHANGE_TYPE_COLUMN))
-        outputs = [self._output(f, clauses, default(f)) for f in fields]
+        outputs = [self._output(f, clauses, target) for f in fields]
         return rows.select(*outputs, *self._row_tracking(clauses, target), *changes)
 
     def _row_tracking(self, clauses: list[MergeClause], target: bool) -> list[Column]:
@@ -583,15 +581,29 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         version = F.when(updated, F.lit(None).cast("long")).otherwise(version)
         return [row_id.alias(names[0]), version.alias(names[1])]
 
-    def _output(self, field: StructField, clauses: list[MergeClause], default: Column) -> Column:
-        """Column `field` of an output row: the assignment of the clause applied, else `default`."""
+    def _output(self, field: StructField, clauses: list[MergeClause], target: bool) -> Column:
+        """Column `field` of an output row: the assignment of the clause applied, else the
+        target row's value (`target`) or NULL."""
+        default_sql = f"{quote_identifier(self.target_alias)}.{quote_identifier(field.name)}"
+        assigned = [(i, self._resolve(c, field.name)) for i, c in enumerate(clauses)]
+        branches = [(i, sql) for i, sql in assigned if sql is not None]
+        # a source column of the column's own type is stored as it is (no cast can fail), and
+        # a CASE of such columns alone is one SQL expression (one call to Spark, not ten)
+        same = f"{quote_identifier(self.source_alias)}.{quote_identifier(field.name)}"
+        as_is = self._source_types.get(field.name.lower()) == field.dataType
+        if as_is and (branches or target) and all(sql == same for _, sql in branches):
+            action = quote_identifier(_ACTION)
+            whens = "".join(f" WHEN {action} = {i} THEN {same}" for i, _ in branches)
+            otherwise = f" ELSE {default_sql}" if target else ""
+            return F.expr(f"CASE{whens}{otherwise} END" if whens else default_sql).alias(field.name)
         value: Column | None = None
         command = f"MERGE into {self.target_uri}"
-        for i, clause in enumerate(clauses):
-            sql = self._resolve(clause, field.name)
-            if sql is not None:  # each cast on its own: the CASE keeps the column's type
-                applied, assigned = F.col(_ACTION) == i, stored_value(F.expr(sql), field, command)
-                value = (F if value is None else value).when(applied, assigned)
+        for i, sql in branches:  # each cast on its own: the CASE keeps the column's type
+            stored = F.expr(sql)
+            if not (as_is and sql == same):
+                stored = stored_value(stored, field, command)
+            value = (F if value is None else value).when(F.col(_ACTION) == i, stored)
+        default = F.col(default_sql) if target else F.lit(None)
         value = default if value is None else value.otherwise(default)
         return value.cast(field.dataType).alias(field.name)
 
