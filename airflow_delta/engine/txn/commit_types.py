@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_delta.engine.errors import InvalidArgumentError
 from airflow_delta.engine.protocol.actions import SetTransaction
 from airflow_delta.engine.txn.conflicts import IsolationLevel
 from airflow_delta.engine.txn.post_commit import PostCommitHook
@@ -38,6 +39,21 @@ class CommitProperties:
     custom_metadata: dict[str, Any] = field(default_factory=dict)
     app_transactions: Sequence[SetTransaction] = ()
     post_commit_hooks: Sequence[str | PostCommitHook] = ()
+
+    def __post_init__(self) -> None:
+        # commitInfo.userMetadata is a string for every reader: deltalake's history() fails
+        # on a table whose log holds a number there
+        if self.user_metadata is not None and not isinstance(self.user_metadata, str):
+            raise InvalidArgumentError(
+                f"CommitProperties: user_metadata must be text (or None), not "
+                f"{type(self.user_metadata).__name__} {self.user_metadata!r}; pass "
+                "str(value), or put structured values in custom_metadata"
+            )
+        attempts = self.max_commit_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise InvalidArgumentError(
+                f"CommitProperties: max_commit_attempts must be a positive int, not {attempts!r}"
+            )
 
 
 class CommitResult(int):

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_delta.engine import (
+    CommitProperties,
     DeltaLog,
     optimize,
     read_changes,
@@ -106,4 +107,24 @@ def test_bad_predicates_are_delta_errors_naming_the_table(
         call(uri)
     assert isinstance(raised.value, DeltaError) and isinstance(raised.value, ValueError)
     assert str(raised.value).startswith(f"Table {uri} version 0: predicate ")
+    assert DeltaLog.for_table(uri).update().version == 0
+
+
+@pytest.mark.parametrize(
+    ("properties", "fix"),
+    [
+        ({"user_metadata": 123}, "user_metadata must be text"),
+        ({"user_metadata": {"run": 1}}, "custom_metadata"),
+        ({"max_commit_attempts": 0}, "max_commit_attempts must be a positive int"),
+        ({"max_commit_attempts": "3"}, "max_commit_attempts must be a positive int"),
+    ],
+)
+def test_commit_properties_refuse_values_other_readers_cannot_take(
+    tmp_path: Path, properties: dict[str, Any], fix: str
+) -> None:
+    """user_metadata is text for every reader (deltalake's history() fails on a number)."""
+    uri = str(tmp_path / "t")
+    write_table(uri, ROWS)
+    with pytest.raises(InvalidArgumentError, match=fix):
+        write_table(uri, ROWS, mode="append", commit_properties=CommitProperties(**properties))
     assert DeltaLog.for_table(uri).update().version == 0
