@@ -226,9 +226,12 @@ def normalize_data(
                 problems.append(f"missing non-nullable column: {f.name}")
             columns.append(F.lit(None).cast(f.dataType).alias(f.name))
         elif not _can_up_cast(source.dataType, f.dataType):
+            ours, theirs = ({"type": "struct", "fields": [x.jsonValue()]} for x in (f, source))
+            new = merged_schema_json(ours, theirs) != ours  # nested fields the table lacks
             problems.append(
                 f"column {source.name}: cannot safely cast {source.dataType.simpleString()} "
                 f"to {f.dataType.simpleString()}"
+                + " (pass merge_schema=True to add its new nested fields)" * new
             )
         elif source.dataType.simpleString() == f.dataType.simpleString():
             columns.append(F.col(quote_identifier(source.name)).alias(f.name))

@@ -321,7 +321,11 @@ def _conformed(rows: pa.Table, schema: pa.Schema, txn: OptimisticTransaction) ->
         column = conform(_with_missing_fields(rows.column(name), field.type), field.type)
         if column.type != field.type:
             if not _widens(column.type, field.type):
-                problems.append(f"column {name}: {column.type} does not widen to {field.type}")
+                hint = " (schema_mode='merge' adds its new nested fields)"
+                new = _has_new_fields(column.type, field.type)
+                problems.append(
+                    f"column {name}: {column.type} does not widen to {field.type}{hint * new}"
+                )
                 continue
             column = column.cast(field.type, safe=not pa.types.is_timestamp(field.type))
         columns.append(column)
@@ -364,6 +368,20 @@ def _with_missing_fields(column: ArrowColumn, target: pa.DataType) -> ArrowColum
     fields = [f.with_type(c.type) for f, c in zip(wanted, children, strict=True)]
     filled = pa.StructArray.from_arrays(children, fields=fields, mask=mask)
     return column if filled.type == given else filled
+
+
+def _has_new_fields(given: pa.DataType, target: pa.DataType) -> bool:
+    """Whether `given` holds a struct field that `target` lacks, at any depth of structs and
+    lists (names matched without regard to case)."""
+    if pa.types.is_list(given) and pa.types.is_list(target):
+        return _has_new_fields(given.value_type, target.value_type)
+    if not (pa.types.is_struct(given) and pa.types.is_struct(target)):
+        return False
+    theirs = {f.name.lower(): f.type for f in target}
+    return any(
+        f.name.lower() not in theirs or _has_new_fields(f.type, theirs[f.name.lower()])
+        for f in given
+    )
 
 
 def _widens(given: pa.DataType, target: pa.DataType) -> bool:
