@@ -86,6 +86,7 @@ def running_ti(dag_id: str) -> Any:
                 (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id),
             )
             .where(TaskInstance.dag_id == dag_id, DagRun.state == "running")
+            .order_by(DagRun.id.desc())  # the run under test, not one an earlier test left
         ).first()
 
 
@@ -100,7 +101,9 @@ def reschedules(ti_id: Any) -> int:
 
 class Writer(threading.Thread):
     """Commits `action()` once `ready()` holds (checked every 50 ms, for as long as the sensor
-    itself waits)."""
+    itself waits). When `ready()` fails or never holds, the action still runs, so that the
+    sensor it feeds ends: `dag.test()` runs a trigger inline without the sensor's timeout, and
+    a deferred sensor no commit reaches would hang the test; `check()` reports the failure."""
 
     def __init__(self, ready: Callable[[], bool], action: Callable[[], Any]):
         super().__init__(daemon=True)
@@ -123,10 +126,13 @@ class Writer(threading.Thread):
                 timeout=SENSOR_TIMEOUT,
                 message="the sensor never reached the state the writer waits for",
             )
-            self.action()
-            self.done_at = time.monotonic()
         except BaseException as exc:  # reported by the test through `check()`
             self.error = exc
+        try:
+            self.action()
+            self.done_at = time.monotonic()
+        except BaseException as exc:
+            self.error = self.error or exc
 
     def check(self) -> None:
         self.join(GENEROUS)
