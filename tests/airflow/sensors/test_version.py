@@ -13,8 +13,10 @@ Every wait is on a condition, with a generous deadline (the suite runs on loaded
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import os
 import shutil
 import threading
 import time
@@ -101,15 +103,21 @@ def reschedules(ti_id: Any) -> int:
 
 class Writer(threading.Thread):
     """Commits `action()` once `ready()` holds (checked every 50 ms, for as long as the sensor
-    itself waits). When `ready()` fails or never holds, the action still runs, so that the
-    sensor it feeds ends: `dag.test()` runs a trigger inline without the sensor's timeout, and
-    a deferred sensor no commit reaches would hang the test; `check()` reports the failure."""
+    itself waits).
+
+    `ready()` reads the metadata database from this thread: an OperationalError there drops
+    the pooled connections and tries again (twice in a row fails). When `ready()` fails or
+    never holds, the action runs every second until `check()`, so that the sensor it feeds
+    ends: `dag.test()` runs a trigger inline without the sensor's timeout, and a deferred sensor
+    no commit reaches would hang the test. `check()` reports the failure."""
 
     def __init__(self, ready: Callable[[], bool], action: Callable[[], Any]):
         super().__init__(daemon=True)
         self.ready, self.action = ready, action
         self.error: BaseException | None = None
         self.done_at: float | None = None
+        self.stopped = threading.Event()
+        self.db_errors: list[str] = []
 
     def start(self) -> None:
         # Configure the ORM (it imports every model) here, not in two threads at once.
@@ -119,22 +127,39 @@ class Writer(threading.Thread):
         self.ready()
         super().start()
 
+    def _ready(self) -> bool:
+        from airflow import settings
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            return self.ready()
+        except OperationalError as exc:
+            fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else -1
+            self.db_errors.append(f"{exc.orig!r} ({fds} open file descriptors)")
+            if len(self.db_errors) > 2:
+                raise AssertionError(f"the metadata database failed: {self.db_errors}") from exc
+            if settings.engine is not None:
+                settings.engine.dispose()
+            return False
+
     def run(self) -> None:
         try:
             wait_until(
-                self.ready,
+                self._ready,
                 timeout=SENSOR_TIMEOUT,
                 message="the sensor never reached the state the writer waits for",
             )
-        except BaseException as exc:  # reported by the test through `check()`
-            self.error = exc
-        try:
             self.action()
             self.done_at = time.monotonic()
-        except BaseException as exc:
-            self.error = self.error or exc
+            return
+        except BaseException as exc:  # reported by the test through `check()`
+            self.error = exc
+        while not self.stopped.wait(1.0):  # let the sensor end (see the class docstring)
+            with contextlib.suppress(Exception):
+                self.action()
 
     def check(self) -> None:
+        self.stopped.set()
         self.join(GENEROUS)
         assert self.error is None, self.error
         assert self.done_at is not None, "the writer never committed"
