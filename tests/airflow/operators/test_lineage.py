@@ -5,6 +5,8 @@ tests/airflow/dags/lineage_dags.py, and the dataset names of each storage scheme
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,17 @@ def test_outputs_carry_the_schema_and_only_the_versions_committed(tmp_path: Path
     uri = fresh_table("lineage")
     events_file = tmp_path / "ol.jsonl"
     transport = {"type": "file", "log_file_path": str(events_file), "append": True}
-    env = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}
+    # the run gets its own copy of the metadata database, as every other `airflow` process of
+    # the tests does: a second process writing this worker's live SQLite file broke this
+    # worker's later connections ('disk I/O error' opening them) in the full suite
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(Path(os.environ["AIRFLOW_HOME"]) / "airflow.db", home / "airflow.db")
+    env = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+    }
     result = airflow_command("dags", "test", "t_lineage", env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     events = [json.loads(line) for line in events_file.read_text().splitlines()]

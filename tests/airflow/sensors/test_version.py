@@ -105,11 +105,12 @@ class Writer(threading.Thread):
     """Commits `action()` once `ready()` holds (checked every 50 ms, for as long as the sensor
     itself waits).
 
-    `ready()` reads the metadata database from this thread: an OperationalError there drops
-    the pooled connections and tries again (twice in a row fails). When `ready()` fails or
-    never holds, the action runs every second until `check()`, so that the sensor it feeds
-    ends: `dag.test()` runs a trigger inline without the sensor's timeout, and a deferred sensor
-    no commit reaches would hang the test. `check()` reports the failure."""
+    `ready()` reads the metadata database from this thread: an OperationalError there is
+    recorded (with the open file descriptors) and tried again; the third fails. When `ready()`
+    fails or never holds, the action runs every second until `check()` (at most the sensor's
+    timeout), so that the sensor it feeds ends: `dag.test()` runs a trigger inline without the
+    sensor's timeout, and a deferred sensor no commit reaches would hang the test. `check()`
+    reports the failure."""
 
     def __init__(self, ready: Callable[[], bool], action: Callable[[], Any]):
         super().__init__(daemon=True)
@@ -128,7 +129,6 @@ class Writer(threading.Thread):
         super().start()
 
     def _ready(self) -> bool:
-        from airflow import settings
         from sqlalchemy.exc import OperationalError
 
         try:
@@ -138,8 +138,6 @@ class Writer(threading.Thread):
             self.db_errors.append(f"{exc.orig!r} ({fds} open file descriptors)")
             if len(self.db_errors) > 2:
                 raise AssertionError(f"the metadata database failed: {self.db_errors}") from exc
-            if settings.engine is not None:
-                settings.engine.dispose()
             return False
 
     def run(self) -> None:
@@ -154,8 +152,9 @@ class Writer(threading.Thread):
             return
         except BaseException as exc:  # reported by the test through `check()`
             self.error = exc
-        while not self.stopped.wait(1.0):  # let the sensor end (see the class docstring)
-            with contextlib.suppress(Exception):
+        deadline = time.monotonic() + SENSOR_TIMEOUT
+        while not self.stopped.wait(1.0) and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # let the sensor end (see the docstring)
                 self.action()
 
     def check(self) -> None:
@@ -543,7 +542,11 @@ def test_version_at_a_time(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _no_leaked_writers() -> Iterator[None]:
     yield
-    assert not [t for t in threading.enumerate() if isinstance(t, Writer) and t.is_alive()]
+    leaked = [t for t in threading.enumerate() if isinstance(t, Writer) and t.is_alive()]
+    for writer in leaked:  # a failed test's writer: stopped, so the next tests are not blamed
+        writer.stopped.set()
+        writer.join(GENEROUS)
+    assert not leaked
 
 
 def test_a_deferred_relative_table_is_the_same_table_in_the_triggerer(
