@@ -610,17 +610,28 @@ class DeltaCommitOperator(BaseOperator):
 
     # -- OpenLineage (imported only when the OpenLineage provider asks) ------------------------
 
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The datasets as they are known before the task commits (the START event): the table
+        as the output, named only (its schema and version come with the task's end), and a path
+        source (`source_format`) as the input."""
+        return self._lineage({})
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The table as the output dataset, with its schema and the version this task
         committed, and a path source (`source_format`) as the input dataset (OpenLineage)."""
+        from airflow_delta.operators.lineage import output_facets
+
+        return self._lineage(output_facets(self.result, self.table_schema))
+
+    def _lineage(self, facets: dict[str, Any]) -> Any:
+        """OperatorLineage: the table as the output with `facets`, a path source as the input."""
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
 
-        from airflow_delta.operators.lineage import openlineage_dataset_name, output_facets
+        from airflow_delta.operators.lineage import openlineage_dataset_name
 
         options = self._lineage_storage_options()
         namespace, name = openlineage_dataset_name(self.table_uri, options)
-        facets = output_facets(self.result, self.table_schema)
         inputs = []
         if self.source_format is not None and self.source:
             source_namespace, source_name = openlineage_dataset_name(self.source, options)

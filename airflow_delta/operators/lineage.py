@@ -1,9 +1,10 @@
 """OpenLineage of the operators that commit: dataset names per OpenLineage's naming spec, the
 table's schema facet (nested fields included) and the version facet of the commit.
 
-The OpenLineage provider calls `DeltaCommitOperator.get_openlineage_facets_on_complete` (and,
-for a failed task, the same method) after the task; this module imports OpenLineage only then,
-so DAG parsing loads none of it.
+The OpenLineage provider calls `DeltaCommitOperator.get_openlineage_facets_on_start` when the
+task starts (its templates rendered: the datasets by name) and
+`get_openlineage_facets_on_complete` (for a failed task too) after it; this module imports
+OpenLineage only then, so DAG parsing loads none of it.
 """
 
 from __future__ import annotations

@@ -47,7 +47,13 @@ def test_outputs_carry_the_schema_and_only_the_versions_committed(tmp_path: Path
     complete = {
         e["job"]["name"].rsplit(".", 1)[-1]: e for e in events if e["eventType"] == "COMPLETE"
     }
+    started = {e["job"]["name"].rsplit(".", 1)[-1]: e for e in events if e["eventType"] == "START"}
     outputs = {task: e["outputs"] for task, e in complete.items() if "." not in task}
+    # the START event names the table already (templates are rendered by then), no version
+    for task in ("write", "again", "delete_nothing"):
+        (dataset,) = started[task]["outputs"]
+        assert (dataset["namespace"], dataset["name"]) == ("file", uri), task
+        assert "version" not in dataset.get("facets", {}), task
     assert set(outputs) >= {"write", "again", "delete_nothing"}
     for task in ("write", "again", "delete_nothing"):
         (dataset,) = outputs[task]
@@ -107,10 +113,13 @@ def test_an_azure_table_is_named_by_the_account_of_its_connection(
         source_format="json",
         delta_conn_id="delta_azure",
     )
-    lineage = op.get_openlineage_facets_on_complete(None)
     namespace = "abfss://box@acct.dfs.core.windows.net"
-    assert [(d.namespace, d.name) for d in lineage.outputs] == [(namespace, "db/events")]
-    assert [(d.namespace, d.name) for d in lineage.inputs] == [(namespace, "landing")]
+    for lineage in (
+        op.get_openlineage_facets_on_start(),
+        op.get_openlineage_facets_on_complete(None),
+    ):
+        assert [(d.namespace, d.name) for d in lineage.outputs] == [(namespace, "db/events")]
+        assert [(d.namespace, d.name) for d in lineage.inputs] == [(namespace, "landing")]
 
 
 def test_the_lineage_of_a_task_failed_by_its_connection_still_names_the_table() -> None:
