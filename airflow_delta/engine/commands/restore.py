@@ -9,7 +9,9 @@ The restore is one commit on the latest snapshot:
 - before anything is committed, the data files (and deletion vector files) to add again are
   looked up in storage. When some are gone (a VACUUM removed them) the restore is refused with
   RestoreMissingFilesError naming the table, the version and the fix; with
-  `ignore_missing_files=True` it goes on without them (their rows are not restored).
+  `ignore_missing_files=True` it goes on without them (their rows are not restored); a data
+  file whose deletion vector file is gone is left out too (re-added bare it would bring back
+  its deleted rows, re-added with its vector no reader could scan it);
   delta-spark and delta-rs re-add missing files when told to ignore them, which leaves a table
   no reader can scan; here they are left out;
 - the metadata of the target version is restored when it differs from the current one; the
@@ -125,15 +127,15 @@ def restore(
     target = _snapshot_at(txn, version)
     current = txn.filter_files_arrow()  # reads (and records) the whole table
     to_add, to_remove = _differences(target, current)
-    missing = _missing(txn, target, to_add)
+    missing = _missing(txn, target, to_add)  # data file path -> the missing file's name
     if missing and not ignore_missing_files:
         raise RestoreMissingFilesError(
             f"RESTORE of {uri} to version {version}: {len(missing)} data or deletion vector "
-            f"file(s) of that version are gone from storage (e.g. {missing[0]}), probably "
-            "removed by a VACUUM. Restore a later version, put the files back from a backup, "
-            "or pass ignore_missing_files=True to restore without them (their rows are lost)."
+            f"file(s) of that version are gone from storage (e.g. {min(missing.values())}), "
+            "probably removed by a VACUUM. Restore a later version, put the files back from a "
+            "backup, or pass ignore_missing_files=True to restore without them (rows lost)."
         )
-    if missing:
+    if missing:  # a file whose deletion vector is gone is left out too, never re-added bare
         gone = pa.array(sorted(missing), pa.string())
         to_add = to_add.filter(pc.invert(pc.is_in(pc.struct_field(to_add, "path"), gone)))
     actions = _actions(txn, target, to_add, to_remove)
@@ -198,15 +200,17 @@ def _differences(
     return target_files.filter(restored), to_remove
 
 
-def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray) -> list[str]:
-    """The data files (by their log path) and deletion vector files of `files` that are not in
-    storage."""
+def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray) -> dict[str, str]:
+    """The files of `files` (by their log path) whose data file or deletion vector file is not
+    in storage, each with the name of the file that is gone (its log path for a data file)."""
     store, root = txn.location.store, txn.location.root
-    wanted: dict[str, str] = {}  # storage path -> the name reported
-    for path in pc.struct_field(files, "path").to_pylist():
+    wanted: dict[str, tuple[str, list[str]]] = {}  # storage path -> (name, the files needing it)
+    paths = pc.struct_field(files, "path").to_pylist()
+    for path in paths:
         where = store.file_path(root, path, table=txn.table, version=target.version)
-        wanted[where] = path
-    for dv in pc.struct_field(files, "deletionVector").to_pylist():
+        wanted.setdefault(where, (path, []))[1].append(path)
+    dvs = pc.struct_field(files, "deletionVector").to_pylist()
+    for path, dv in zip(paths, dvs, strict=True):
         if dv is None or dv["storageType"] not in ("u", "p"):
             continue
         if dv["storageType"] == "u":
@@ -216,14 +220,20 @@ def _missing(txn: OptimisticTransaction, target: Snapshot, files: pa.StructArray
                 root, dv["pathOrInlineDv"], table=txn.table, version=target.version,
                 what="deletion vector file",
             )  # fmt: skip
-        wanted[where] = where
-    paths = list(wanted)
-    if not paths:
-        return []
-    threads = max(1, min(len(paths), EXISTS_THREADS if not store.is_local else os.cpu_count() or 1))
+        wanted.setdefault(where, (where, []))[1].append(path)
+    if not wanted:
+        return {}
+    where_all = list(wanted)
+    local = os.cpu_count() or 1
+    threads = max(1, min(len(where_all), EXISTS_THREADS if not store.is_local else local))
     with ThreadPoolExecutor(threads) as pool:
-        found = list(pool.map(store.exists, paths))
-    return [wanted[p] for p, ok in zip(paths, found, strict=True) if not ok]
+        found = list(pool.map(store.exists, where_all))
+    missing: dict[str, str] = {}
+    for where, ok in zip(where_all, found, strict=True):
+        name, needing = wanted[where]
+        for path in needing if not ok else ():
+            missing.setdefault(path, name)
+    return missing
 
 
 def _actions(

@@ -137,6 +137,26 @@ def test_missing_files_are_refused_unless_ignored(tmp_path: Path) -> None:
     rows(uri)  # readable by all three readers
 
 
+def test_a_file_whose_deletion_vector_is_gone_is_left_out(tmp_path: Path) -> None:
+    """ignore_missing_files with a vacuumed deletion vector file: the data file is left out,
+    never re-added with the missing vector (an unreadable table) nor without it (deleted rows
+    back)."""
+    uri = create(tmp_path / "t", batch(range(3000)), dv=True, partitioned=False)
+    delete(uri, "id % 2 = 0")  # version 2: a deletion vector too large to be inline
+    [file] = DeltaLog(uri).update().all_files()
+    assert file.deletion_vector is not None and file.deletion_vector.storage_type == "u"
+    delete(uri, "id >= 0")
+    [dv_file] = Path(uri).glob("deletion_vector_*.bin")
+    dv_file.unlink()
+    with pytest.raises(RestoreMissingFilesError, match=r"version 2: 1 data .*deletion_vector_"):
+        restore(uri, 2)
+    result = restore(uri, 2, ignore_missing_files=True)
+    assert result.metrics["numMissingFilesSkipped"] == 1
+    assert result.metrics["numRestoredFiles"] == 0
+    assert DeltaLog(uri).update().num_files == 0
+    assert rows(uri) == []  # readable by all three readers
+
+
 def test_metadata_is_restored_and_the_protocol_kept(tmp_path: Path) -> None:
     uri = create(tmp_path / "t", batch(range(4)))
     log = DeltaLog(uri)
