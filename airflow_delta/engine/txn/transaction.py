@@ -34,7 +34,7 @@ from airflow_delta.engine.errors import (
 from airflow_delta.engine.expressions.predicates import TRUE, PartitionPredicate, parse_predicates
 from airflow_delta.engine.expressions.skipping import parse_file_predicates
 from airflow_delta.engine.log.checkpoints import read_last_checkpoint
-from airflow_delta.engine.log.log_segment import latest_version, read_commit_info
+from airflow_delta.engine.log.log_segment import latest_version
 from airflow_delta.engine.log.replay import parse_log_batch
 from airflow_delta.engine.log.snapshot import Snapshot, load_snapshot
 from airflow_delta.engine.log.table_location import TableLocation
@@ -74,6 +74,11 @@ from airflow_delta.engine.txn.conflicts import (
     CurrentTransactionInfo,
     IsolationLevel,
     WinningCommitSummary,
+)
+from airflow_delta.engine.txn.in_commit_timestamps import (
+    enables_in_commit_timestamps,
+    in_commit_timestamp,
+    with_enablement,
 )
 from airflow_delta.engine.txn.post_commit import (
     GenerateSymlinkManifest,
@@ -495,9 +500,16 @@ class OptimisticTransaction:
             len(actions) + 1,
             isolation_level.value,
         )
-        config = TableConfig(self.metadata.configuration)
-        if config.in_commit_timestamps_enabled:
-            commit_info.info["inCommitTimestamp"] = self._in_commit_timestamp(attempt_version)
+        if TableConfig(self.metadata.configuration).in_commit_timestamps_enabled:
+            read = self.snapshot.metadata if self.read_version >= 0 else None
+            enabling = attempt_version > 0 and enables_in_commit_timestamps(actions, read)
+            ict = in_commit_timestamp(
+                self.location, attempt_version, lambda: self._stale_error(attempt_version, None),
+                enabling,
+            )  # fmt: skip
+            commit_info.info["inCommitTimestamp"] = ict
+            if enabling:  # the provenance readers of the earlier commits' timestamps need
+                actions = with_enablement(actions, attempt_version, ict)
         if self.row_ids is not None:  # fresh row ids above the mark, as of this attempt
             actions = self.row_ids.assign(actions, attempt_version)
         self.committed_actions = actions
@@ -563,18 +575,6 @@ class OptimisticTransaction:
             "(an Airflow task retry does that). If writers often lag this far behind, raise "
             "delta.logRetentionDuration."
         )
-
-    def _in_commit_timestamp(self, version: int) -> int:
-        """Wall clock, but strictly after the previous commit's inCommitTimestamp."""
-        now = int(time.time() * 1000)
-        if version == 0:
-            return now
-        try:
-            previous = read_commit_info(self.location, version - 1)
-        except FileNotFoundError:
-            raise self._stale_error(version, None) from None
-        prev_ict = (previous.in_commit_timestamp if previous else None) or 0
-        return max(now, prev_ict + 1)
 
     def _current_transaction_info(
         self, actions: Sequence[Action], isolation_level: IsolationLevel
