@@ -15,7 +15,9 @@ Every row gets `_commit_version` and `_commit_timestamp` (the commit's in-commit
 its log file's modification time, made increasing as for time travel). The columns are the
 table's at the ending version (a column a file lacks reads as NULL). Every commit in the range
 must have the change data feed enabled (`delta.enableChangeDataFeed=true` in the metadata in
-effect at that version), else ChangeDataFeedError names the first version without it.
+effect at that version), else ChangeDataFeedError names the first version without it; and every
+schema of the range must read as the ending version's (columns only added: `change_schemas`),
+else ChangeDataFeedError names the version to split the range at.
 
 >>> read_changes("/data/orders", 12).filter(pc.field("_change_type") != "update_preimage")
 ... # doctest: +SKIP
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from airflow_delta.engine.commands.change_schemas import check_read_compatible
 from airflow_delta.engine.commands.data_files import CHANGE_TYPE_COLUMN, with_change_type
 from airflow_delta.engine.commands.data_reader import FileReader, repeat_scalar, spelt_as
 from airflow_delta.engine.errors import (
@@ -87,7 +90,8 @@ def read_changes(
     columns (`columns`, default all) plus `_change_type`, `_commit_version` and
     `_commit_timestamp`, ordered by version.
 
-    Raises ChangeDataFeedError when a commit of the range does not record change data,
+    Raises ChangeDataFeedError when a commit of the range does not record change data or a
+    column was dropped, renamed or retyped within it,
     VersionNotFoundError for a starting point after the latest commit or before the oldest
     one the log keeps, InvalidArgumentError for an ending point before the starting one.
 
@@ -185,9 +189,13 @@ def _plan(location: TableLocation, start: int, end: int) -> list[_Read]:
         )
     metadata: Metadata = _metadata_before(location, start)
     reads: list[_Read] = []
+    schemas: list[tuple[int, Metadata]] = []  # (in effect from version, metadata)
     for version in range(start, end + 1):
         actions = parse_actions(location.store.read(files[version].path), files[version].path)
-        metadata = next((a for a in actions if isinstance(a, Metadata)), metadata)
+        changed = next((a for a in actions if isinstance(a, Metadata)), None)
+        metadata = changed or metadata
+        if version == start or changed is not None:
+            schemas.append((version, metadata))
         config = metadata.configuration.get("delta.enableChangeDataFeed", "false")
         if config.lower() != "true":
             raise ChangeDataFeedError(
@@ -198,6 +206,7 @@ def _plan(location: TableLocation, start: int, end: int) -> list[_Read]:
                 "delta.enableChangeDataFeed=true."
             )
         reads += _commit_reads(version, actions)
+    check_read_compatible(location.uri, start, end, schemas)
     return reads
 
 
