@@ -267,15 +267,16 @@ def _kept(
     rows: int,
 ) -> np.ndarray:
     """Rows the first deletion vector keeps and the second (when given) deletes."""
-    live, gone = dvs
-    keep = np.ones(rows, dtype=bool)
-    if live is not None:
-        keep[reader.deletion_vectors.read(live).astype(np.int64)] = False
+    live, gone = dvs  # read by `kept`: a vector deleting a row past the file's end is corrupt
+    keep = reader.kept(_dv_row(live), rows)
     if gone is not None:
-        deleted = np.zeros(rows, dtype=bool)
-        deleted[reader.deletion_vectors.read(gone).astype(np.int64)] = True
-        keep &= deleted
+        keep &= ~reader.kept(_dv_row(gone), rows)
     return keep
+
+
+def _dv_row(dv: DeletionVectorDescriptor | None) -> dict[str, Any] | None:
+    """A deletion vector descriptor as the log's row (the form `FileReader.kept` takes)."""
+    return None if dv is None else dv.to_json_dict()
 
 
 def _stamped(data: pa.Table, version: int, timestamp: int) -> pa.Table:

@@ -21,6 +21,7 @@ from airflow_delta.engine import DeltaLog, Operation, delete, read_changes, upda
 from airflow_delta.engine.commands.merge_in_process import merge_arrow
 from airflow_delta.engine.errors import (
     ChangeDataFeedError,
+    CorruptLogError,
     DeltaProtocolError,
     VersionNotFoundError,
 )
@@ -348,3 +349,20 @@ def test_a_range_over_an_incompatible_schema_change_is_refused(tmp_path: Path) -
     assert read_changes(uri, 0, 1).num_rows == 3
     after = read_changes(uri, 2).select(["id", "z", "_change_type"]).to_pylist()
     assert {"id": "a", "z": 1.5, "_change_type": "insert"} in after
+
+
+def test_a_deletion_vector_past_the_end_of_its_file_is_a_corrupt_log(tmp_path: Path) -> None:
+    """A commit whose deletion vector deletes a row the file does not have: the feed fails with
+    the typed error every other reader gives, never an IndexError."""
+    import dataclasses
+
+    from airflow_delta.engine.commands.deletion_vector_files import DeletionVectorWriter
+
+    uri = create(tmp_path / "t", batch(range(10)), dv=True, partitioned=False, configuration=CDF)
+    log = DeltaLog.for_table(uri)
+    txn = log.start_transaction()
+    [file] = txn.snapshot.all_files()
+    bad = DeletionVectorWriter(log.location).add([100])
+    txn.commit([dataclasses.replace(file, deletion_vector=bad)], Operation("WRITE", {}))
+    with pytest.raises(CorruptLogError, match="deletes row 100 of a file of 10 rows"):
+        read_changes(uri, 2)
