@@ -25,6 +25,17 @@ MATERIALIZED_ROW_COMMIT_VERSION = "delta.rowTracking.materializedRowCommitVersio
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 DEFAULT_LOG_RETENTION = "interval 30 days"
 ISOLATION_LEVELS = ("Serializable", "WriteSerializable", "SnapshotIsolation")
+#: Boolean table properties that turn a table feature on when (and only when) true.
+FEATURE_FLAGS = (
+    "delta.appendOnly",
+    "delta.enableDeletionVectors",
+    "delta.enableInCommitTimestamps",
+    "delta.enableChangeDataFeed",
+    ENABLE_ROW_TRACKING,
+    "delta.enableTypeWidening",
+)
+CHECKPOINT_POLICIES = ("classic", "v2")
+COLUMN_MAPPING_MODES = ("none", "name", "id")
 
 _UNIT_MS = {
     "microsecond": 0.001,
@@ -87,6 +98,17 @@ def _bool(conf: Mapping[str, str], key: str, default: bool = False) -> bool:
     return text == "true"
 
 
+def _choice(conf: Mapping[str, str], key: str, choices: tuple[str, ...]) -> str:
+    """The value of `key` (lower case; the first of `choices` when unset), one of `choices`."""
+    value = conf.get(key)
+    text = choices[0] if value is None else str(value).strip().lower()
+    if text not in choices:
+        raise InvalidTablePropertyError(
+            f"Table property {key}={value!r} is not one of {', '.join(choices)}."
+        )
+    return text
+
+
 def _named(prop: Callable[[TableConfig], Any]) -> Any:
     """A property whose InvalidTablePropertyError names the table."""
 
@@ -125,6 +147,9 @@ class TableConfig:
             lambda: self.isolation_level,
             lambda: self.num_indexed_cols,
             lambda: self.optimize_write,
+            lambda: self.feature_flags,
+            lambda: self.checkpoint_policy,
+            lambda: self.column_mapping_mode,
         ]
         for get in getters:
             get()
@@ -198,6 +223,23 @@ class TableConfig:
         """`delta.autoOptimize.optimizeWrite`: Spark writes shuffle rows by partition value
         first (fewer, larger files; the session conf OPTIMIZE_WRITE_CONF overrides it)."""
         return _bool(self.configuration, "delta.autoOptimize.optimizeWrite")
+
+    @_named
+    def feature_flags(self) -> dict[str, bool]:
+        """The boolean properties that turn a table feature on (FEATURE_FLAGS), parsed: only
+        'true' enables one ('false', '0' or 'no' must not add a feature to the protocol)."""
+        return {key: _bool(self.configuration, key) for key in FEATURE_FLAGS}
+
+    @_named
+    def checkpoint_policy(self) -> str:
+        """`delta.checkpointPolicy`: 'classic' (the default) or 'v2' (v2 checkpoints, which
+        need the v2Checkpoint reader-writer feature)."""
+        return _choice(self.configuration, "delta.checkpointPolicy", CHECKPOINT_POLICIES)
+
+    @_named
+    def column_mapping_mode(self) -> str:
+        """`delta.columnMapping.mode`: 'none' (the default), 'name' or 'id', any case."""
+        return _choice(self.configuration, "delta.columnMapping.mode", COLUMN_MAPPING_MODES)
 
     @_named
     def append_only(self) -> bool:

@@ -77,7 +77,7 @@ def check_new_metadata(metadata: Metadata, table: str) -> None:
             "`void`), which Delta cannot store; cast it to the type the column should have "
             "(e.g. F.lit(None).cast('string'))"
         )
-    mapping = metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
+    mapping = TableConfig(metadata.configuration, table).column_mapping_mode != "none"
     check_names(names, mapping, table)
     if mapping:
         max_id = int(metadata.configuration.get("delta.columnMapping.maxColumnId", 0))
@@ -125,7 +125,7 @@ def _void_columns(data_type: object, path: str) -> Iterator[str]:
             yield from _void_columns(data_type[key], f"{path}.{key}")
 
 
-def features_wanted(metadata: Metadata, new_table: bool) -> set[str]:
+def features_wanted(metadata: Metadata, new_table: bool, table: str = "") -> set[str]:
     """The table features `metadata` needs: those its properties enable, timestampNtz for such
     a column, checkConstraints for a constraint, domainMetadata with rowTracking, and, for a
     `new_table`, generatedColumns and identityColumns for such columns.
@@ -135,11 +135,12 @@ def features_wanted(metadata: Metadata, new_table: bool) -> set[str]:
     schema that no writer is bound to, and adding the feature would start enforcing them.
     """
     configuration = metadata.configuration
-    wanted = {
-        feature
-        for key, feature in PROPERTY_FEATURES.items()
-        if configuration.get(key, "false").lower() not in ("false", "none")
-    }
+    config = TableConfig(configuration, table)
+    wanted = {PROPERTY_FEATURES[key] for key, on in config.feature_flags.items() if on}
+    if config.checkpoint_policy == "v2":
+        wanted.add(PROPERTY_FEATURES["delta.checkpointPolicy"])
+    if config.column_mapping_mode != "none":
+        wanted.add(PROPERTY_FEATURES["delta.columnMapping.mode"])
     schema = metadata.schema_string or ""
     if "timestamp_ntz" in schema:
         wanted.add("timestampNtz")

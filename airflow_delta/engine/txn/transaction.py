@@ -285,7 +285,7 @@ class OptimisticTransaction:
         """
         check_new_metadata(metadata, self.table)
         current = self.snapshot.protocol if self.read_version >= 0 else None
-        wanted = features_wanted(metadata, new_table=current is None)
+        wanted = features_wanted(metadata, current is None, self.table)
         if current is None or not wanted <= writer_features(current):
             protocol = required_protocol(current, wanted)
             if current is None or protocol != current:

@@ -15,7 +15,7 @@ import pytest
 from deltalake import write_deltalake
 
 from airflow_delta.engine import DeltaLog, Metadata, Protocol, delete, read_table
-from airflow_delta.engine.errors import DeltaProtocolError
+from airflow_delta.engine.errors import DeltaProtocolError, InvalidTablePropertyError
 from airflow_delta.engine.protocol.features import check_writer_support
 
 VARIANT = Protocol(3, 7, ["variantType", "deletionVectors"], ["variantType", "deletionVectors"])
@@ -68,3 +68,40 @@ def test_shredded_variants_are_refused() -> None:
     shredding = ["variantType", "variantShredding-preview"]
     with pytest.raises(DeltaProtocolError, match="variantShredding-preview"):
         check_writer_support(Protocol(3, 7, shredding, shredding), "/data/t")
+
+
+@pytest.mark.parametrize(
+    "configuration",
+    [
+        {"delta.checkpointPolicy": "classic"},
+        {"delta.checkpointPolicy": "Classic"},
+        {"delta.columnMapping.mode": "None"},
+        {"delta.enableDeletionVectors": "FALSE"},
+        {"delta.enableRowTracking": "false "},
+        {"delta.enableChangeDataFeed": "false", "delta.enableTypeWidening": "false"},
+    ],
+)
+def test_a_property_set_to_its_off_value_adds_no_feature(tmp_path: Path, configuration) -> None:
+    """Only a value that turns a feature on adds it: a table created with the default
+    checkpoint policy, or a flag spelt 'FALSE', stays (1, 2) for every reader."""
+    log = DeltaLog.create_table(str(tmp_path / "t"), pa.schema([("id", pa.int64())]),
+                                configuration=configuration)  # fmt: skip
+    assert log.update().protocol == Protocol(1, 2)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("delta.enableTypeWidening", "0"),
+        ("delta.enableDeletionVectors", "yes"),
+        ("delta.checkpointPolicy", "v3"),
+        ("delta.columnMapping.mode", "names"),
+    ],
+)
+def test_a_feature_property_of_no_known_value_is_refused(tmp_path: Path, key, value) -> None:
+    uri = str(tmp_path / "t")
+    with pytest.raises(InvalidTablePropertyError, match=rf"Table {uri}: .*{key}='{value}'"):
+        DeltaLog.create_table(uri, pa.schema([("id", pa.int64())]), configuration={key: value})
+    assert not (tmp_path / "t" / "_delta_log").exists() or not any(
+        (tmp_path / "t" / "_delta_log").glob("*.json")
+    )
