@@ -2,16 +2,18 @@
 
 `read_changes` reads every change of a range with the table's schema at the ending version.
 That is sound when each schema the range went through is read-compatible with it: every column
-is still there, under the same name, with the same type (and, on a column-mapped table, the
-same physical column), so only columns added later read as NULL. A column dropped, renamed or
-retyped in between would silently drop or convert the earlier rows' values, so delta-spark
-refuses such a batch read (DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE) and so does this
-engine, naming the version to split the range at.
+is still there, under the same name, with the same type or one type widening made wider (and,
+on a column-mapped table, the same physical column), so only columns added later read as NULL.
+A column dropped, renamed or retyped otherwise in between would silently drop or convert the
+earlier rows' values, so delta-spark refuses such a batch read
+(DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE) and so does this engine, naming the version
+to split the range at.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,9 +60,36 @@ def _incompatibility(old: Any, new: Any, where: str) -> str | None:
             return _incompatibility(
                 old.get("keyType"), new.get("keyType"), where + ".key"
             ) or _incompatibility(old.get("valueType"), new.get("valueType"), where + ".value")
-    if old == new:
+    if old == new or (isinstance(old, str) and isinstance(new, str) and _widens(old, new)):
         return None
     return f"column {where or '(root)'} has type {_shown(old)}, read as {_shown(new)}"
+
+
+#: The type changes of Delta's type widening (PROTOCOL.md, typeWidening): values read back as
+#: the wider type unchanged.
+_WIDER = {
+    "byte": {"short", "integer", "long", "double"},
+    "short": {"integer", "long", "double"},
+    "integer": {"long", "double"},
+    "float": {"double"},
+    "date": {"timestamp_ntz"},
+}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def _widens(old: str, new: str) -> bool:
+    """Whether Delta type widening turns primitive type `old` into `new`."""
+    if new in _WIDER.get(old, ()):
+        return True
+    wide = _DECIMAL.fullmatch(new)
+    if wide is None:
+        return False
+    precision, scale = int(wide[1]), int(wide[2])
+    narrow = _DECIMAL.fullmatch(old)
+    if narrow is not None:  # as many integer digits or more, as many fraction digits or more
+        return scale >= int(narrow[2]) and precision - scale >= int(narrow[1]) - int(narrow[2])
+    digits = {"byte": 3, "short": 5, "integer": 10, "long": 20}.get(old)
+    return digits is not None and precision - scale >= digits
 
 
 def _struct_incompatibility(old: dict[str, Any], new: dict[str, Any], where: str) -> str | None:

@@ -366,3 +366,23 @@ def test_a_deletion_vector_past_the_end_of_its_file_is_a_corrupt_log(tmp_path: P
     txn.commit([dataclasses.replace(file, deletion_vector=bad)], Operation("WRITE", {}))
     with pytest.raises(CorruptLogError, match="deletes row 100 of a file of 10 rows"):
         read_changes(uri, 2)
+
+
+def test_a_range_over_a_type_widening_reads_the_wider_type(tmp_path: Path) -> None:
+    """Type widening (integer to long) changes no value: the range reads in one call."""
+    import dataclasses
+
+    from airflow_delta.engine import write_table
+
+    uri = str(tmp_path / "t")
+    config = {**CDF, "delta.enableTypeWidening": "true"}
+    write_table(uri, pa.table({"id": pa.array([1], pa.int32())}), configuration=config)
+    txn = DeltaLog.for_table(uri).start_transaction()
+    schema = json.loads(txn.metadata.schema_string)
+    schema["fields"][0]["type"] = "long"
+    txn.update_metadata(dataclasses.replace(txn.metadata, schema_string=json.dumps(schema)))
+    txn.commit([], Operation("CHANGE COLUMN", {}))
+    write_table(uri, pa.table({"id": pa.array([2**40], pa.int64())}))
+    changes = read_changes(uri, 0)
+    assert changes.schema.field("id").type == pa.int64()
+    assert sorted(changes.column("id").to_pylist()) == [1, 2**40]
