@@ -628,9 +628,12 @@ class DeltaCommitOperator(BaseOperator):
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
 
-        from airflow_delta.operators.lineage import openlineage_dataset_name
+        from airflow_delta.operators.lineage import (
+            lineage_storage_options,
+            openlineage_dataset_name,
+        )
 
-        options = self._lineage_storage_options()
+        options = lineage_storage_options(self.hook, self.table_uri)
         namespace, name = openlineage_dataset_name(self.table_uri, options)
         inputs = []
         if self.source_format is not None and self.source:
@@ -639,15 +642,3 @@ class DeltaCommitOperator(BaseOperator):
         return OperatorLineage(
             inputs=inputs, outputs=[Dataset(namespace=namespace, name=name, facets=facets)]
         )
-
-    def _lineage_storage_options(self) -> Mapping[str, Any] | None:
-        """The connection's storage options (an Azure URI may not name its account); None when
-        they cannot be read: the lineage of a task failed by its connection still names the
-        table."""
-        if not self.delta_conn_id:
-            return None
-        try:
-            return self.hook.storage_options
-        except Exception as exc:  # a missing or malformed connection: the task failed on it
-            log.debug("No storage options for the lineage of %s: %s", self.table_uri, exc)
-            return None

@@ -10,11 +10,14 @@ OpenLineage only then, so DAG parsing loads none of it.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_delta.assets import table_asset_uri
+
+log = logging.getLogger(__name__)
 
 #: URI schemes of the same store that OpenLineage names by one scheme (Spark's `s3a://`).
 SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
@@ -101,4 +104,31 @@ def output_facets(result: dict[str, Any] | None, schema: str | None) -> dict[str
         facets["schema"] = SchemaDatasetFacet(fields=schema_fields(schema))
     if result and not result.get("skipped") and result.get("version") is not None:
         facets["version"] = DatasetVersionDatasetFacet(datasetVersion=str(result["version"]))
+    return facets
+
+
+def lineage_storage_options(hook: Any, table_uri: str) -> Mapping[str, Any] | None:
+    """The storage options of a task's connection (`hook`, a DeltaHook; an Azure URI may not
+    name its account); None without a connection or when they cannot be read: the lineage of a
+    task failed by its connection still names the table."""
+    if not hook.delta_conn_id:
+        return None
+    try:
+        return dict(hook.storage_options)
+    except Exception as exc:  # a missing or malformed connection: the task failed on it
+        log.debug("No storage options for the lineage of %s: %s", table_uri, exc)
+        return None
+
+
+def input_facets(found: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The facets of a table a sensor watched, as input dataset: storage, and the version it
+    observed when it found one."""
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+    from openlineage.client.generated.storage_dataset import StorageDatasetFacet
+
+    facets: dict[str, Any] = {
+        "storage": StorageDatasetFacet(storageLayer="delta", fileFormat="parquet")
+    }
+    if found and found.get("version") is not None:
+        facets["version"] = DatasetVersionDatasetFacet(datasetVersion=str(found["version"]))
     return facets

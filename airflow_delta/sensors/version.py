@@ -29,6 +29,9 @@ an HTTP 5xx) counts as a poke that found nothing: the next poke retries (the tri
 with exponential backoff), until the sensor's timeout. Any other error of a poke or of the
 trigger fails the task at once with a message naming the table and the fix.
 
+With the OpenLineage provider installed, the sensor reports the table as its input dataset
+(named as the operators name their output), with the version it observed once it has.
+
 Importing this module (DAG parsing) loads no engine (pyarrow, fsspec): the argument checks are
 pure Python, and the engine is imported by the methods that run when the sensor does.
 """
@@ -130,6 +133,9 @@ class DeltaTableVersionSensor(BaseSensorOperator):
             None if _is_template(baseline_version) else baseline_version,
         )
 
+    #: What the sensor observed (its XCom `delta_table_version`), once it has.
+    found: dict[str, Any] | None = None
+
     @cached_property
     def hook(self) -> DeltaHook:
         """The hook of `delta_conn_id`."""
@@ -223,8 +229,35 @@ class DeltaTableVersionSensor(BaseSensorOperator):
         # the table as this task names it (the trigger may have watched its absolute path)
         return self._finish(context, {**event["event"], "table": self.table_uri})
 
+    # -- OpenLineage (imported only when the OpenLineage provider asks) ------------------------
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The watched table as the input dataset (OpenLineage's START event)."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The watched table as the input dataset, with the version the sensor observed (none
+        for a sensor that failed or was skipped)."""
+        return self._lineage()
+
+    def _lineage(self) -> Any:
+        from airflow.providers.common.compat.openlineage.facet import Dataset
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_delta.operators.lineage import (
+            input_facets,
+            lineage_storage_options,
+            openlineage_dataset_name,
+        )
+
+        options = lineage_storage_options(self.hook, self.table_uri)
+        namespace, name = openlineage_dataset_name(self.table_uri, options)
+        facets = input_facets(self.found)
+        return OperatorLineage(inputs=[Dataset(namespace=namespace, name=name, facets=facets)])
+
     def _finish(self, context: Context, found: Mapping[str, Any]) -> int:
         """Log, push the XCom and set the outlet asset events' extra; the version found."""
+        self.found = dict(found)
         if found["recreated"]:
             self.log.info(
                 "Observed recreated Delta table '%s' at version %s (baseline: %s, operation: %s)",

@@ -1,7 +1,8 @@
 """Test DAG of the operators' OpenLineage facets (tests/airflow/operators/test_lineage.py): a
 nested, partitioned table written in process, a retry of that write that finds its commit
-already landed (it commits nothing), and a DELETE of no row (it commits its exactly-once
-marker). The table goes under $AIRFLOW_DELTA_TEST_ROOT.
+already landed (it commits nothing), a DELETE of no row (it commits its exactly-once
+marker), and a sensor that sees version 1 over its baseline 0 (the table as its input). The table
+goes under $AIRFLOW_DELTA_TEST_ROOT.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from airflow.sdk import DAG
 
 from airflow_delta.operators.dml import DeltaDeleteOperator
 from airflow_delta.operators.write import DeltaWriteOperator
+from airflow_delta.sensors.version import DeltaTableVersionSensor
 
 ROOT = Path(os.environ.get("AIRFLOW_DELTA_TEST_ROOT", "/tmp/airflow-delta-test-tables"))
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -43,4 +45,7 @@ with DAG("t_lineage", schedule=None, start_date=START, catchup=False):
     )
     again = DeltaWriteOperator(task_id="again", table_uri=TABLE, source=nested_rows, **once)
     nothing = DeltaDeleteOperator(task_id="delete_nothing", table_uri=TABLE, predicate="id > 99")
-    write >> again >> nothing
+    watch = DeltaTableVersionSensor(
+        task_id="watch", table_uri=TABLE, baseline_version=0, poke_interval=0.2, timeout=60
+    )
+    write >> again >> nothing >> watch

@@ -70,6 +70,12 @@ def test_outputs_carry_the_schema_and_only_the_versions_committed(tmp_path: Path
     assert "version" not in outputs["again"][0]["facets"]
     # A DELETE of no row still commits its exactly-once marker: version 1 is its own.
     assert outputs["delete_nothing"][0]["facets"]["version"]["datasetVersion"] == "1"
+    # The sensor reads the table: its input, with the version it observed once it has
+    for event, version in ((started["watch"], None), (complete["watch"], "1")):
+        assert event["outputs"] == []
+        (dataset,) = event["inputs"]
+        assert (dataset["namespace"], dataset["name"]) == ("file", uri)
+        assert dataset["facets"].get("version", {}).get("datasetVersion") == version
 
 
 @pytest.mark.parametrize(
