@@ -5,7 +5,7 @@ snapshots is in test_snapshot.py."""
 from __future__ import annotations
 
 import os
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -55,3 +55,20 @@ def test_history_newest_first_with_a_limit(tmp_path) -> None:
     assert newest == {"timestamp": mtime_ns // 10**6, "version": 2}
     assert [(h["version"], h["operation"]) for h in older] == [(1, "WRITE"), (0, "CREATE")]
     assert [h["version"] for h in history(location, limit=2)] == [2, 1]
+
+
+@pytest.mark.parametrize("ms", [1_076_321_715_626, 2_181_185_690_174])
+def test_time_travel_to_a_commits_own_datetime_finds_it(tmp_path, ms: int) -> None:
+    """A datetime exactly at a commit's millisecond converts to that millisecond (the float
+    `timestamp() * 1000` came out 1 ms early for such values, and time travel missed the
+    commit)."""
+    make_table(tmp_path, 2)
+    for v, stamp in ((0, ms - 1000), (1, ms)):
+        path = tmp_path / "_delta_log" / f"{v:020d}.json"
+        os.utime(path, ns=(stamp * 1_000_000, stamp * 1_000_000))
+    location = TableLocation.of(str(tmp_path))
+    assert commit_timestamps(location)[1] == (1, ms)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    assert to_epoch_ms(moment) == ms
+    assert to_epoch_ms(moment.isoformat()) == ms
+    assert version_at_timestamp(location, moment) == 1
