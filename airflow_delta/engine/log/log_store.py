@@ -671,8 +671,10 @@ def _to_ms(value: Any) -> int:
     """Milliseconds since the epoch of a datetime, a number of seconds or an ISO 8601 string."""
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if isinstance(value, dt.datetime):
-        return int(value.timestamp() * 1000)
+    if isinstance(value, dt.datetime):  # exact: a float timestamp() * 1000 can be 1 ms early
+        if value.tzinfo is None:
+            value = value.astimezone()  # a naive listing time is local, as timestamp() takes it
+        return int((value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1))
     return int(float(value) * 1000)
 
 

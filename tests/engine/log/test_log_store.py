@@ -534,3 +534,16 @@ def test_s3_storage_option_styles(s3_bucket: tuple[str, dict[str, str]]) -> None
         path = store.join(root, "_delta_log", COMMIT_0)
         store.write(path, b"ok")
         assert store.read(path) == b"ok"
+
+
+def test_listing_times_with_milliseconds_convert_exactly() -> None:
+    """An object store's listing time (GCS's `updated`, with milliseconds) converts to its
+    exact millisecond; the float `timestamp() * 1000` made this one 1 ms early."""
+    import datetime as dt
+
+    from airflow_delta.engine.log.log_store import info_mtime_ms
+
+    fs = fsspec.filesystem("memory")
+    assert info_mtime_ms(fs, {"updated": "2039-02-13T04:54:50.174Z"}) == 2_181_185_690_174
+    moment = dt.datetime(2039, 2, 13, 4, 54, 50, 174000, tzinfo=dt.UTC)
+    assert info_mtime_ms(fs, {"LastModified": moment}) == 2_181_185_690_174
