@@ -88,6 +88,7 @@ from airflow_delta.spark.deletion_vectors import (
 )
 from airflow_delta.spark.read import scan_files
 from airflow_delta.spark.sql_errors import spark_expressions, spark_predicate
+from airflow_delta.spark.time_zones import zone_safe
 from airflow_delta.spark.write import table_name, write_change_files, write_files
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ def _start(
     if txn.already_committed():
         return txn.result(None, operation)
     check_writable(name, txn)
-    pruning = pruning_predicates(txn, predicate)
+    pruning = zone_safe(spark, txn, pruning_predicates(txn, predicate))
     files = txn.filter_files_arrow(pruning or None)
     dvs = deletion_vectors_enabled(txn)
     counts = _whole_files(txn, files, predicate, pruning)

@@ -112,6 +112,7 @@ from airflow_delta.spark.merge_source import (
 )
 from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
 from airflow_delta.spark.sql_errors import spark_expressions
+from airflow_delta.spark.time_zones import zone_safe
 from airflow_delta.spark.write import write_change_files, write_files
 
 __all__ = [
@@ -220,7 +221,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         with self._spark_sql(txn):
             # one job: the row count, the pruning bounds (and a partition column's values)
             self._facts = SourceFacts(self.source_df, self._pruning_columns(txn))
-        files = txn.filter_files_arrow(self._pruning_predicates(txn))
+        files = txn.filter_files_arrow(zone_safe(spark, txn, self._pruning_predicates(txn)))
         target = scan_files(spark, snapshot, files)
         fields = target.schema.fields
         self._check_assignments([f.name for f in fields], self.source_df.columns)

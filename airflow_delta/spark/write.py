@@ -76,6 +76,7 @@ from airflow_delta.spark.constraints import (
 )
 from airflow_delta.spark.native_write import native_enabled, native_refusal, write_native
 from airflow_delta.spark.read import physical_name, plain_type
+from airflow_delta.spark.time_zones import check_replace_where
 from airflow_delta.spark.write_tasks import (
     FILE_ROW_DDL,
     VIOLATION_COLUMN,
@@ -589,6 +590,8 @@ def _write_once(txn: OptimisticTransaction, df: DataFrame, options: WriteOptions
     columns = list(txn.metadata.partition_columns)
     dynamic = partition_overwrite_mode == "dynamic" and bool(columns)
     overwrite = save_mode == "Overwrite"
+    if replace_where is not None and overwrite:
+        check_replace_where(df.sparkSession, txn, replace_where)
     removed = (  # removed whole: replace_where may use partition columns only
         txn.filter_files(replace_where, data_skipping=False) if overwrite and not dynamic else []
     )
