@@ -17,7 +17,9 @@ after a warm-up of each kind on a table a tenth of the size (200k rows, a 20k-ro
 JVM compiles the scan, join and write code it shares, which a tiny warm-up does not trigger, so
 whichever runs first no longer pays that for the other); each repetition times ours and the
 floor twice, on fresh copies of the target, alternating which goes first, and the child of
-repetition k starts with the floor when k is odd. Medians over all of them.
+repetition k starts with the floor when k is odd. Medians over all of them. Ours' time is also
+split by phase (the source facts job, findTouchedFiles, the write, the rest: load, pruning,
+planning, commit), to show what stands above the floor.
 """
 
 from __future__ import annotations
@@ -57,16 +59,23 @@ def _floor(spark, table: str, source, out: str) -> int:
 
 def _child(path: str) -> dict:
     import airflow_delta.spark.merge as merge_module
+    import airflow_delta.spark.merge_source as merge_source
     from airflow_delta.spark import merge_delta, write_delta
     from bench.b6_merge import CONDITION, INSERTED, MATCHED, TARGET_ROWS, source_path
     from bench.b6_merge import target_frame as frame
-    from bench.spark_util import start_spark
+    from bench.spark_util import PhaseTimer, start_spark
 
     run = Path(path)
     spark, started = start_spark()
     spark.conf.set(merge_module.IN_PROCESS_SOURCE_BYTES, "0")
 
+    phases = PhaseTimer()  # where ours spends its time (wrapping costs ~1 us per call)
+    phases.wrap(merge_source.SourceFacts, "_summarize", "source facts")
+    phases.wrap(merge_module.DeltaMergeBuilder, "_find_touched_files", "find touched files")
+    phases.wrap(merge_module, "write_files", "write files")
+
     def ours(table: str, source) -> None:
+        phases.reset()
         builder = merge_delta(table, source, CONDITION)
         metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute().metrics
         assert builder.executor == "spark", builder.executor
@@ -95,6 +104,10 @@ def _child(path: str) -> dict:
                 rows = _floor(spark, table, source, str(run / f"floor{i}"))
                 assert rows == TARGET_ROWS + INSERTED, rows
             sample[kind].append(perf_counter() - t0)
+            if kind == "ours":
+                split = dict(phases.seconds)
+                split["rest"] = sample[kind][-1] - sum(split.values())
+                sample.setdefault("phases", []).append(split)
     spark.stop()
     return sample
 
@@ -126,6 +139,9 @@ def run(reps: int = 3):
         metric = result.metric(HEADLINE)
         metric.samples["ours"].extend(sample["ours"])
         metric.samples[BASELINE].extend(sample["floor"])
+        for split in sample["phases"]:
+            for phase, seconds in split.items():
+                result.metric(f"ours: {phase}").samples["ours"].append(seconds)
         drop_copy(work)
         os.sync()
     result.notes.append(
