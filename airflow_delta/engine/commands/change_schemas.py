@@ -3,11 +3,11 @@
 `read_changes` reads every change of a range with the table's schema at the ending version.
 That is sound when each schema the range went through is read-compatible with it: every column
 is still there, under the same name, with the same type or one type widening made wider (and,
-on a column-mapped table, the same physical column), so only columns added later read as NULL.
-A column dropped, renamed or retyped otherwise in between would silently drop or convert the
-earlier rows' values, so delta-spark refuses such a batch read
-(DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE) and so does this engine, naming the version
-to split the range at.
+on a column-mapped table, the same physical column), and the same partition columns, so only
+columns added later read as NULL. A column dropped, renamed or retyped otherwise, or the table
+partitioned anew, in between would silently drop or convert the earlier rows' values, so
+delta-spark refuses such a batch read (DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE) and
+so does this engine, naming the version to split the range at.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def check_read_compatible(
         if metadata.schema_string is None:
             continue
         problem = _incompatibility(json.loads(metadata.schema_string), read, "")
+        problem = problem or _repartitioning(metadata, schemas[-1][1])
         if problem is None:
             continue
         split = schemas[i + 1][0]
@@ -46,6 +47,14 @@ def check_read_compatible(
             f"lose or change values. Read the changes up to version {split - 1} and from "
             f"version {split} on separately."
         )
+
+
+def _repartitioning(old: Metadata, new: Metadata) -> str | None:
+    """How the partition columns changed (None: they did not): the files of before hold no
+    values for a column partitioned later, nor did the reader take them from their paths."""
+    if [c.lower() for c in old.partition_columns] == [c.lower() for c in new.partition_columns]:
+        return None
+    return f"partitioned by {old.partition_columns}, read as by {new.partition_columns}"
 
 
 def _incompatibility(old: Any, new: Any, where: str) -> str | None:

@@ -386,3 +386,19 @@ def test_a_range_over_a_type_widening_reads_the_wider_type(tmp_path: Path) -> No
     changes = read_changes(uri, 0)
     assert changes.schema.field("id").type == pa.int64()
     assert sorted(changes.column("id").to_pylist()) == [1, 2**40]
+
+
+def test_a_range_over_a_new_partitioning_is_refused(tmp_path: Path) -> None:
+    """Files written while the table was partitioned by p hold no p values: read under an
+    unpartitioned ending version they came back with p NULL. Refused; each side reads."""
+    from airflow_delta.engine import write_table
+
+    uri = str(tmp_path / "t")
+    write_table(uri, pa.table({"id": [1, 2], "p": ["a", "b"]}), partition_by=["p"],
+                configuration=CDF)  # fmt: skip
+    write_table(uri, pa.table({"id": [3], "p": ["c"]}), mode="overwrite", partition_by=[],
+                schema_mode="overwrite")  # fmt: skip
+    with pytest.raises(ChangeDataFeedError, match=r"partitioned by \['p'\], read as by \[\]"):
+        read_changes(uri, 0)
+    before = read_changes(uri, 0, 0).select(["id", "p"]).to_pylist()
+    assert sorted(before, key=lambda r: r["id"]) == [{"id": 1, "p": "a"}, {"id": 2, "p": "b"}]
