@@ -101,7 +101,7 @@ def _bool(conf: Mapping[str, str], key: str, default: bool = False) -> bool:
 def _choice(conf: Mapping[str, str], key: str, choices: tuple[str, ...]) -> str:
     """The value of `key` (lower case; the first of `choices` when unset), one of `choices`."""
     value = conf.get(key)
-    text = choices[0] if value is None else str(value).strip().lower()
+    text = choices[0] if value is None else str(value).lower()  # as readers compare it
     if text not in choices:
         raise InvalidTablePropertyError(
             f"Table property {key}={value!r} is not one of {', '.join(choices)}."
@@ -227,8 +227,17 @@ class TableConfig:
     @_named
     def feature_flags(self) -> dict[str, bool]:
         """The boolean properties that turn a table feature on (FEATURE_FLAGS), parsed: only
-        'true' enables one ('false', '0' or 'no' must not add a feature to the protocol)."""
-        return {key: _bool(self.configuration, key) for key in FEATURE_FLAGS}
+        'true' (any case) enables one ('false', '0' or 'no' must not add a feature to the
+        protocol), and no blank around it: readers compare the value as it is."""
+        flags = {}
+        for key in FEATURE_FLAGS:
+            value = self.configuration.get(key)
+            if value is not None and str(value) != str(value).strip():
+                raise InvalidTablePropertyError(
+                    f"Table property {key}={value!r} is not a boolean: use 'true' or 'false'."
+                )
+            flags[key] = _bool(self.configuration, key)
+        return flags
 
     @_named
     def checkpoint_policy(self) -> str:

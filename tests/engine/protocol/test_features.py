@@ -77,7 +77,6 @@ def test_shredded_variants_are_refused() -> None:
         {"delta.checkpointPolicy": "Classic"},
         {"delta.columnMapping.mode": "None"},
         {"delta.enableDeletionVectors": "FALSE"},
-        {"delta.enableRowTracking": "false "},
         {"delta.enableChangeDataFeed": "false", "delta.enableTypeWidening": "false"},
     ],
 )
@@ -96,6 +95,8 @@ def test_a_property_set_to_its_off_value_adds_no_feature(tmp_path: Path, configu
         ("delta.enableDeletionVectors", "yes"),
         ("delta.checkpointPolicy", "v3"),
         ("delta.columnMapping.mode", "names"),
+        ("delta.columnMapping.mode", "name "),
+        ("delta.enableRowTracking", "false "),
     ],
 )
 def test_a_feature_property_of_no_known_value_is_refused(tmp_path: Path, key, value) -> None:
