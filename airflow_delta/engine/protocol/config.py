@@ -35,6 +35,8 @@ FEATURE_FLAGS = (
     "delta.enableTypeWidening",
 )
 CHECKPOINT_POLICIES = ("classic", "v2")
+#: Properties `delta.feature.<name>=supported` ask for a table feature; they are not kept.
+FEATURE_REQUEST_PREFIX = "delta.feature."
 COLUMN_MAPPING_MODES = ("none", "name", "id")
 
 _UNIT_MS = {
@@ -150,6 +152,7 @@ class TableConfig:
             lambda: self.feature_flags,
             lambda: self.checkpoint_policy,
             lambda: self.column_mapping_mode,
+            lambda: self.requested_features,
         ]
         for get in getters:
             get()
@@ -238,6 +241,23 @@ class TableConfig:
                 )
             flags[key] = _bool(self.configuration, key)
         return flags
+
+    @_named
+    def requested_features(self) -> set[str]:
+        """The table features named by `delta.feature.<name>` properties: set to 'supported'
+        (or 'enabled'), they add the feature to the protocol, as delta-spark's ALTER TABLE does;
+        a commit does not keep them (FEATURE_REQUEST_PREFIX)."""
+        names = set()
+        for key, value in self.configuration.items():
+            if not key.startswith(FEATURE_REQUEST_PREFIX):
+                continue
+            if str(value).lower() not in ("supported", "enabled") or key == FEATURE_REQUEST_PREFIX:
+                raise InvalidTablePropertyError(
+                    f"Table property {key}={value!r}: a delta.feature.<name> property takes "
+                    "'supported', to add the table feature <name> to the protocol."
+                )
+            names.add(key.removeprefix(FEATURE_REQUEST_PREFIX))
+        return names
 
     @_named
     def checkpoint_policy(self) -> str:

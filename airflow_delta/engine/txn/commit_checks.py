@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -21,7 +22,7 @@ from airflow_delta.engine.protocol.column_mapping import (
     COLUMN_MAPPING_PHYSICAL_NAME,
     column_mapping_problems,
 )
-from airflow_delta.engine.protocol.config import TableConfig
+from airflow_delta.engine.protocol.config import FEATURE_REQUEST_PREFIX, TableConfig
 from airflow_delta.engine.protocol.features import PROPERTY_FEATURES
 from airflow_delta.engine.protocol.schema import delta_field_metadata, is_variant
 
@@ -141,6 +142,7 @@ def features_wanted(metadata: Metadata, new_table: bool, table: str = "") -> set
         wanted.add(PROPERTY_FEATURES["delta.checkpointPolicy"])
     if config.column_mapping_mode != "none":
         wanted.add(PROPERTY_FEATURES["delta.columnMapping.mode"])
+    wanted |= config.requested_features
     schema = metadata.schema_string or ""
     if "timestamp_ntz" in schema:
         wanted.add("timestampNtz")
@@ -153,6 +155,16 @@ def features_wanted(metadata: Metadata, new_table: bool, table: str = "") -> set
     if new_table and '"delta.identity.' in schema:
         wanted.add("identityColumns")
     return wanted
+
+
+def without_feature_requests(metadata: Metadata) -> Metadata:
+    """`metadata` without its `delta.feature.<name>` properties: the features they ask for go
+    to the protocol (`features_wanted`), and delta-spark does not keep them either."""
+    configuration = metadata.configuration
+    if not any(key.startswith(FEATURE_REQUEST_PREFIX) for key in configuration):
+        return metadata
+    kept = {k: v for k, v in configuration.items() if not k.startswith(FEATURE_REQUEST_PREFIX)}
+    return replace(metadata, configuration=kept)
 
 
 def check_names(names: list[str], column_mapping: bool, table: str) -> None:

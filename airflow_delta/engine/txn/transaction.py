@@ -66,6 +66,7 @@ from airflow_delta.engine.txn.commit_checks import (
     check_file_actions,
     check_new_metadata,
     features_wanted,
+    without_feature_requests,
 )
 from airflow_delta.engine.txn.commit_types import CommitProperties, CommitResult
 from airflow_delta.engine.txn.conflicts import (
@@ -380,7 +381,7 @@ class OptimisticTransaction:
             raise self._state_error("Cannot change the metadata more than once in a transaction.")
         if metadatas and self.new_metadata is None:
             self.verify_new_metadata(metadatas[0])
-        metadatas = [with_materialized_column_names(m) for m in metadatas]
+        metadatas = [without_feature_requests(with_materialized_column_names(m)) for m in metadatas]
         metadatas = self._with_identity_marks(metadatas)
         protocols = [a for a in actions if isinstance(a, Protocol)]
         if self.new_protocol is not None and self.new_protocol not in protocols:

@@ -106,3 +106,22 @@ def test_a_feature_property_of_no_known_value_is_refused(tmp_path: Path, key, va
     assert not (tmp_path / "t" / "_delta_log").exists() or not any(
         (tmp_path / "t" / "_delta_log").glob("*.json")
     )
+
+
+def test_a_feature_request_property_adds_the_feature_and_is_not_kept(tmp_path: Path) -> None:
+    """`delta.feature.<name>=supported` (delta-spark's way to add a feature) added nothing to
+    the protocol and stayed in the metadata; now it adds the feature, as delta-spark does."""
+    uri = str(tmp_path / "t")
+    configuration = {"delta.feature.deletionVectors": "supported"}
+    log = DeltaLog.create_table(uri, pa.schema([("id", pa.int64())]), configuration=configuration)
+    snapshot = log.update()
+    assert "deletionVectors" in snapshot.protocol.reader_features
+    assert "deletionVectors" in snapshot.protocol.writer_features
+    assert snapshot.metadata.configuration == {}
+    schema = pa.schema([("id", pa.int64())])
+    with pytest.raises(InvalidTablePropertyError, match=r"delta\.feature\.rowTracking='yes'"):
+        DeltaLog.create_table(str(tmp_path / "u"), schema, [], {"delta.feature.rowTracking": "yes"})
+    with pytest.raises(DeltaProtocolError, match="bogusFeature"):
+        DeltaLog.create_table(
+            str(tmp_path / "v"), schema, [], {"delta.feature.bogusFeature": "supported"}
+        )
