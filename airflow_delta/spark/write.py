@@ -78,10 +78,10 @@ from airflow_delta.spark.native_write import native_enabled, native_refusal, wri
 from airflow_delta.spark.read import physical_name, plain_type
 from airflow_delta.spark.time_zones import check_replace_where
 from airflow_delta.spark.write_tasks import (
-    FILE_ROW_DDL,
     VIOLATION_COLUMN,
     collect_files,
     is_data_row,
+    run_tasks,
     violation_column,
     write_task,
 )
@@ -393,7 +393,7 @@ def _write_files(
         else None
     )
     task = functools.partial(write_task, plan, change_plan, checks, physical_names)
-    rows = [r.asDict() for r in collect_files(data.mapInArrow(task, FILE_ROW_DDL), txn)]
+    rows = [r.asDict() for r in collect_files(run_tasks(data, task), txn)]
     changed = [r["path"].startswith(f"{CHANGE_DATA_DIR}/") for r in rows]
     adds = add_files([r for r, c in zip(rows, changed, strict=True) if not c])
     cdcs = cdc_files([r for r, c in zip(rows, changed, strict=True) if c])

@@ -10,8 +10,9 @@ NULL (a copied row) to the data files only, `insert` and `update_postimage` to b
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -123,6 +124,27 @@ def write_task(
         raise
     if files:
         yield pa.RecordBatch.from_pylist(files, schema=FILE_ROW_SCHEMA)
+
+
+Task = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def run_tasks(data: DataFrame, task: Task) -> DataFrame:
+    """`data.mapInArrow(task, FILE_ROW_DDL)` for any column names. PySpark's mapInArrow
+    resolves each column by its name (`df[name]`), which fails for a name holding a dot or a
+    backtick (`a.b` is field `b` of `a`): the columns then go to the job under positional
+    names, and `task` sees its batches under the table's names again."""
+    names = data.columns
+    if not any("." in n or "`" in n for n in names):
+        return data.mapInArrow(task, FILE_ROW_DDL)
+    positional = data.toDF(*[f"__airflow_delta_column_{i}" for i in range(len(names))])
+    return positional.mapInArrow(functools.partial(_renamed, names, task), FILE_ROW_DDL)
+
+
+def _renamed(
+    names: list[str], task: Task, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    return task(b.rename_columns(names) for b in batches)
 
 
 def collect_files(data: DataFrame, txn: OptimisticTransaction) -> list[Row]:
