@@ -149,6 +149,11 @@ def _range(
     if ending_timestamp is not None:
         ms = to_epoch_ms(ending_timestamp, table)
         end = max((v for v, t in stamps.items() if t <= ms), default=-1)
+        if end < 0:
+            raise VersionNotFoundError(
+                f"read_changes of {table}: no commit at or before {ending_timestamp} (the "
+                f"oldest kept, version {oldest}, is later); end at a later timestamp"
+            )
     if starting_version > latest:
         raise VersionNotFoundError(
             f"read_changes of {table}: starting version {starting_version} is after the "

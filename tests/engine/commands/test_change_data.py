@@ -402,3 +402,9 @@ def test_a_range_over_a_new_partitioning_is_refused(tmp_path: Path) -> None:
         read_changes(uri, 0)
     before = read_changes(uri, 0, 0).select(["id", "p"]).to_pylist()
     assert sorted(before, key=lambda r: r["id"]) == [{"id": 1, "p": "a"}, {"id": 2, "p": "b"}]
+
+
+def test_an_ending_timestamp_before_every_commit_says_so(tmp_path: Path) -> None:
+    uri = create(tmp_path / "t", batch(range(2)), configuration=CDF)
+    with pytest.raises(VersionNotFoundError, match=r"no commit at or before 1000 .*version 0"):
+        read_changes(uri, 0, ending_timestamp=1000)
