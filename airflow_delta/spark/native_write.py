@@ -23,13 +23,14 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from airflow_delta.engine.commands.data_files import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -39,6 +40,7 @@ from airflow_delta.engine.commands.data_files import (
 )
 from airflow_delta.engine.commands.file_stats import FileStats, stats_leaves
 from airflow_delta.engine.commands.maintenance import STAGING_DIR_PREFIX
+from airflow_delta.engine.expressions.tokens import quote_identifier
 from airflow_delta.engine.protocol.actions import AddFile, Metadata
 from airflow_delta.engine.protocol.schema import partition_path, unescape_partition_value
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
@@ -57,6 +59,8 @@ _DECIMAL = re.compile(r"decimal\(\d+,\s*\d+\)")
 #: Field metadata keys of identity and generated columns (filled by the Python path).
 _COMPUTED = ("delta.generationExpression", "delta.identity.start")
 _HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: The prefix `_escaped` gives a string partition value Spark would write as NULL's directory.
+_ESCAPE = "%"
 # As DataFileWriter quotes relative paths: characters other than `_.-~` kept as they are.
 _TIMESTAMP_TYPE_CONF = "spark.sql.parquet.outputTimestampType"
 _FOOTER_THREADS = 16
@@ -112,9 +116,11 @@ def write_native(txn: OptimisticTransaction, data: DataFrame, plan: WritePlan) -
     columns = list(metadata.partition_columns)
     staging = f"{plan.root}/{STAGING_DIR_PREFIX}{uuid.uuid4()}"
     moved: list[str] = []
+    strings = _string_partitions(metadata)
     try:
-        _spark_write(data, columns, staging, _has_timestamps(metadata))
-        files = [(d, name, _partition_values(d, columns)) for d, name in _staged(staging)]
+        _spark_write(_escaped(data, strings), columns, staging, _has_timestamps(metadata))
+        staged = _staged(staging)
+        files = [(d, name, _partition_values(d, columns, strings)) for d, name in staged]
         rows = []
         for directory, name, values in files:
             unique = _unique_name(name)
@@ -143,6 +149,26 @@ def write_native(txn: OptimisticTransaction, data: DataFrame, plan: WritePlan) -
             with contextlib.suppress(OSError):
                 os.remove(target)
     return add_files(kept)
+
+
+def _string_partitions(metadata: Metadata) -> set[str]:
+    fields = json.loads(metadata.schema_string or "{}")["fields"]
+    partitions = set(metadata.partition_columns)
+    return {f["name"] for f in fields if f["name"] in partitions and f["type"] == "string"}
+
+
+def _escaped(data: DataFrame, strings: set[str]) -> DataFrame:
+    """`data` with each value of a string partition column that Spark's directory name would
+    not tell apart (the string `__HIVE_DEFAULT_PARTITION__`, Spark's name of NULL) given a
+    leading `%` (escaped `%25`), and so every value starting with `%`: `_partition_values`
+    removes one again."""
+    for name in strings:
+        column = F.col(quote_identifier(name))
+        clash = (column == F.lit(_HIVE_DEFAULT_PARTITION)) | column.startswith(_ESCAPE)
+        data = data.withColumn(
+            name, F.when(clash, F.concat(F.lit(_ESCAPE), column)).otherwise(column)
+        )
+    return data
 
 
 def _has_timestamps(metadata: Metadata) -> bool:
@@ -204,8 +230,11 @@ def _unique_name(name: str) -> str:
     return f"part-{task}-{uuid.uuid4()}.c000.snappy.parquet"
 
 
-def _partition_values(directory: str, columns: Sequence[str]) -> dict[str, str | None]:
-    """The serialized partition values of a Hive-style directory Spark wrote."""
+def _partition_values(
+    directory: str, columns: Sequence[str], strings: Collection[str] = ()
+) -> dict[str, str | None]:
+    """The serialized partition values of a Hive-style directory Spark wrote (the values of
+    the string columns `strings` as `_escaped` wrote them)."""
     values: dict[str, str | None] = {}
     parts = [p for p in directory.split(os.sep) if p]
     if len(parts) != len(columns):
@@ -215,7 +244,12 @@ def _partition_values(directory: str, columns: Sequence[str]) -> dict[str, str |
         if unescape_partition_value(key) != column:
             raise RuntimeError(f"Spark wrote a data file in {directory!r}, not under {columns}")
         value = unescape_partition_value(text)
-        values[column] = None if value == _HIVE_DEFAULT_PARTITION else value
+        if value == _HIVE_DEFAULT_PARTITION:
+            values[column] = None
+        elif column in strings and value.startswith(_ESCAPE):
+            values[column] = value[len(_ESCAPE) :]
+        else:
+            values[column] = value
     return values
 
 

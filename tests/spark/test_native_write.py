@@ -22,16 +22,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_delta.engine import DeltaLog
-from airflow_delta.spark import write_delta
+from airflow_delta.spark import read_delta, write_delta
 from airflow_delta.spark.native_write import NATIVE_WRITE_CONF
 
 DDL = (
@@ -276,3 +277,21 @@ def test_spark_rewrites_use_it_when_enabled(
     assert results["native"] == results["python"]
     expected = [{"id": i, "v": i * 2 + (i < 3)} for i in range(5)]
     assert results["native"] == expected + [{"id": i, "v": i * 100} for i in range(5, 14)]
+
+
+def test_partition_values_spark_names_like_null_stay_apart(
+    spark: SparkSession, native_conf: None, tmp_path: Path
+) -> None:
+    """The string `__HIVE_DEFAULT_PARTITION__` (Spark's directory name for NULL) stays that
+    string, and values starting with `%` (the prefix that tells it apart) stay as written.
+    Before, Spark's parquet writer put it in NULL's directory and the log held NULL."""
+    table = str(tmp_path / "t")
+    values = ["__HIVE_DEFAULT_PARTITION__", None, "%", "%__HIVE_DEFAULT_PARTITION__", "%%a", "a"]
+    df = spark.createDataFrame(list(enumerate(values)), "id long, p string").coalesce(1)
+    write_delta(df, table, partition_by=["p"])
+    expected = sorted(enumerate(values), key=str)
+    logged = {add.partition_values["p"] for add in DeltaLog.for_table(table).update().all_files()}
+    assert logged == set(values)
+    query = QueryBuilder().register("t", DeltaTable(table)).execute("SELECT id, p FROM t")
+    assert sorted(((r["id"], r["p"]) for r in pa.table(query).to_pylist()), key=str) == expected
+    assert sorted((tuple(r) for r in read_delta(spark, table).collect()), key=str) == expected
