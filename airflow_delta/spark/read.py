@@ -72,6 +72,7 @@ from airflow_delta.engine.protocol.paths import FileLocation, resolve_path
 from airflow_delta.engine.protocol.schema import partition_values_to_arrow, schema_from_json
 from airflow_delta.spark import deletion_vectors as dvs
 from airflow_delta.spark.session import is_connect
+from airflow_delta.spark.time_zones import zone_unsafe_filter
 
 #: Reader features this data plane honours: every one the engine replays (variant shredding
 #: needs Spark 4.1's reader).
@@ -140,7 +141,7 @@ def read_delta(
             )
         except InvalidPredicateError:
             continue  # Spark alone applies it (and reports what is wrong with it)
-        if not skipping.matches_all():
+        if not (skipping.matches_all() or zone_unsafe_filter(spark, snapshot, condition, skipping)):
             files = files.filter(skipping.evaluate(files))
     rows = scan_files(spark, snapshot, files)
     for condition in conditions:

@@ -59,8 +59,8 @@ def is_utc(zone: str) -> bool:
     return zone.strip().lower() in _UTC_NAMES
 
 
-def _column_types(txn: OptimisticTransaction) -> dict[str, Any]:
-    fields = json.loads(txn.metadata.schema_string or "{}").get("fields", [])
+def _column_types(metadata: Any) -> dict[str, Any]:
+    fields = json.loads(metadata.schema_string or "{}").get("fields", [])
     return {f["name"].lower(): f["type"] for f in fields}
 
 
@@ -72,11 +72,25 @@ def zone_dependent(txn: OptimisticTransaction, conjunct: str, zone: str) -> bool
     if is_utc(zone):
         return False
     try:
-        tokens = tokenize(conjunct, lenient=True)
         columns = txn.parse_file_predicate(conjunct).columns
     except InvalidPredicateError:
         return False  # not the engine's to read: it prunes nothing by it
-    types = _column_types(txn)
+    return _dependent(txn.metadata, conjunct, columns, zone)
+
+
+def zone_unsafe_filter(spark: Any, snapshot: Any, condition: str, parsed: Any) -> bool:
+    """Whether `read_delta` must not skip files by `condition` (`parsed`: the engine's parse of
+    it): the engine and the session would read it as different instants."""
+    zone = session_time_zone(spark)
+    return not is_utc(zone) and _dependent(snapshot.metadata, condition, parsed.columns, zone)
+
+
+def _dependent(metadata: Any, conjunct: str, columns: Any, zone: str) -> bool:
+    try:
+        tokens = tokenize(conjunct, lenient=True)
+    except InvalidPredicateError:
+        return True
+    types = _column_types(metadata)
     kinds = {types.get(c.lower()) for c in columns}
     words = {t.value.lower() for t in tokens if t.kind in ("ident", "other")}
     strings = [t.value.strip() for t in tokens if t.kind == "string"]

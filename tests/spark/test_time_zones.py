@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_delta.engine import DeltaLog
 from airflow_delta.engine.errors import InvalidArgumentError
-from airflow_delta.spark import delete, merge_delta, update, write_delta
+from airflow_delta.spark import delete, merge_delta, read_delta, update, write_delta
 from airflow_delta.spark.time_zones import is_utc, zone_dependent, zone_safe
 
 ZONE = "America/Los_Angeles"  # UTC-8 in January
@@ -128,3 +128,14 @@ def test_zone_dependent_conjuncts(spark: SparkSession, tmp_path: Path) -> None:
     assert zone_safe(spark, txn, dependent + independent) == dependent + independent
     assert all(is_utc(z) for z in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00"))
     assert not is_utc(ZONE)
+
+
+@pytest.mark.parametrize("partition_by", [None, ["ts"]])
+def test_read_filter_reads_timestamp_literal_in_session_zone(
+    los_angeles: SparkSession, tmp_path: Path, partition_by: list[str] | None
+) -> None:
+    uri = str(tmp_path / "t")
+    table(los_angeles, uri, partition_by)
+    # before: the engine's data skipping dropped row 2's file (12:00 read as UTC)
+    found = read_delta(los_angeles, uri, filter="ts = '2024-01-01 12:00:00'").collect()
+    assert [r["id"] for r in found] == [2]
