@@ -450,7 +450,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         Raises MultipleSourceRowMatchingTargetRowInMergeError when a modified target row
         matched several source rows (unless the only MATCHED clause is an unconditional
         DELETE, as in Delta). With `keys` (source columns), the matches are cached with those
-        columns' values and kept in the result (`Found.matches`).
+        columns' values and kept in the result (`Found.matches`); unique (`SourceFacts.unique`:
+        no target row matches twice), they are counted with no grouping by target row.
         """
         target, log_path = identified
         by_source = any(c.kind == NOT_MATCHED_BY_SOURCE for c in clauses)
@@ -466,7 +467,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         if keys:
             rows = rows.cache()
         try:
-            found = count_matches(rows, len(clauses), by_source, self._dvs, log_path)
+            single = bool(keys) and self._facts.unique(keys)
+            found = count_matches(rows, len(clauses), by_source, self._dvs, log_path, single=single)
             delete = [MergeClause(MATCHED, "delete", None, {})]
             if found.conflicts and [c for c in clauses if c.kind == MATCHED] != delete:
                 raise self._multiple_matches(found.conflicts)

@@ -87,21 +87,30 @@ def count_matches(
     unmatched_rows: bool,
     indexes: bool,
     log_path: Callable[[Any], str],
+    *,
+    single: bool = False,
 ) -> Found:
     """What the joined `rows` show (one per match of a source and a target row, and with
     `unmatched_rows` one per target row no source row matched, which a NOT MATCHED BY SOURCE
     clause may modify), for `clauses` modifying clauses; `indexes`: with the modified rows'
-    indexes (deletion vectors). `log_path` maps a FILE value to the file's log path."""
-    # only target rows that matched can match several times: group those alone
-    per_row = (
-        rows.where(F.col(SOURCE))
-        .groupBy(FILE, ROW)
-        .agg(
+    indexes (deletion vectors). `log_path` maps a FILE value to the file's log path. `single`:
+    the caller knows no target row matches two source rows (the source's join keys are
+    unique), so the matches need no grouping by target row (a shuffle of them all)."""
+    matched = rows.where(F.col(SOURCE))
+    if single:
+        per_row = matched.select(
+            FILE,
+            ROW,
+            F.lit(1).cast("long").alias("matches"),
+            F.col(CLAUSE).isNotNull().cast("long").alias("modified"),
+            CLAUSE,
+        )
+    else:  # only target rows that matched can match several times: group those alone
+        per_row = matched.groupBy(FILE, ROW).agg(
             F.count(F.lit(1)).alias("matches"),
             F.count(CLAUSE).alias("modified"),
             F.max(CLAUSE).alias(CLAUSE),
         )
-    )
     if unmatched_rows:
         unmatched = rows.where(~F.col(SOURCE) & F.col(CLAUSE).isNotNull()).select(
             FILE,

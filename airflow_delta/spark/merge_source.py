@@ -2,20 +2,27 @@
 as it can, and when a small source is collected to run in process.
 
 `SourceFacts` answers the engine's pruning questions (`MergeBuilder._source_values`) and the
-numSourceRows metric with one aggregate job over every source column the condition equates
-with a target column: the row count and, per column, its least and greatest values and an
-estimate of its distinct values; for a column equated with a target partition column, also its
-distinct values (a partition per value: few). A data column whose estimate is well above
-MAX_PRUNING_VALUES prunes by its bounds with no other job; otherwise its distinct values are
-listed (a second job). The row count is that job's, when one ran.
+numSourceRows metric with one Spark job over every source column the condition equates with a
+target column. A source Spark broadcasts (small) whose such columns all compare in Arrow as in
+Spark (`_EXACT_TYPES`) has those columns collected to the driver: the row count, each column's
+bounds and distinct values, and whether the source's join keys are unique (`unique`: then no
+target row matches two source rows, and findTouchedFiles need not group the matches by target
+row) come from them, exactly. Otherwise the job is an aggregate: the row count and, per column,
+its least and greatest values and an estimate of its distinct values; for a column equated with
+a target partition column, also its distinct values (a partition per value: few). A data column
+whose estimate is well above MAX_PRUNING_VALUES prunes by its bounds with no other job;
+otherwise its distinct values are listed (a second job). The row count is that job's, when one
+ran.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -41,6 +48,12 @@ _ESTIMATE_RSD = 0.1
 #: An estimate above this is more than MAX_PRUNING_VALUES distinct values beyond doubt (ten
 #: standard deviations at `_ESTIMATE_RSD`); at or below it the values are listed.
 _MANY_ESTIMATE = MAX_PRUNING_VALUES * 2
+#: Column types whose values Arrow orders, compares and tells apart as Spark does (no NaN or
+#: signed zero, no time zone; strings of Spark's binary collation only, which `field` ensures).
+_EXACT_TYPES = (
+    T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.BooleanType,
+    T.StringType, T.BinaryType, T.DateType,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,8 @@ class SourceFacts:
         self.df = df
         self._columns = dict(columns or {})
         self._summaries: dict[tuple[str, str], _Summary | None] = {}
+        #: The summarized columns' values, when collected (by lower-case name).
+        self._collected: dict[str, pa.ChunkedArray] = {}
 
     def field(self, name: str, delta_type: str) -> StructField | None:
         """The source column `name` (lower case) when it is one column of exactly `delta_type`
@@ -85,27 +100,68 @@ class SourceFacts:
         return self._summaries.get(key)
 
     def _summarize(self, columns: dict[tuple[str, str], bool]) -> None:
-        """One aggregate job over the source for every column of `columns` not yet summarized
-        (None for those not prunable)."""
-        fields = {}
-        for key, listed in columns.items():
+        """One job over the source for every column of `columns` not yet summarized (None for
+        those not prunable): their values collected when the source is small and they are all
+        of `_EXACT_TYPES`, else an aggregate."""
+        fields: dict[tuple[str, str], StructField] = {}
+        for key in columns:
             if key not in self._summaries:
                 self._summaries[key] = None
                 found = self.field(*key)
                 if found is not None:
-                    fields[key] = (F.col(quote_identifier(found.name)), listed)
+                    fields[key] = found
         if not fields:
             return
+        exact = all(isinstance(f.dataType, _EXACT_TYPES) for f in fields.values())
+        if exact and broadcast_by_spark(self.df):
+            self._collect(fields)
+            return
         aggregates = [F.count(F.lit(1))]
-        for column, listed in fields.values():
+        for key, found in fields.items():
+            column = F.col(quote_identifier(found.name))
             aggregates += [F.min(column), F.max(column)]
             aggregates.append(F.approx_count_distinct(column, _ESTIMATE_RSD))
-            aggregates.append(F.collect_set(column) if listed else F.lit(None))
+            aggregates.append(F.collect_set(column) if columns[key] else F.lit(None))
         row = self.df.agg(*aggregates).first()
         assert row is not None, "a global aggregate has one row"
         for i, key in enumerate(fields):
             least, greatest, estimate, values = row[1 + 4 * i : 5 + 4 * i]
             self._summaries[key] = _Summary(int(row[0]), least, greatest, int(estimate), values)
+
+    def _collect(self, fields: dict[tuple[str, str], StructField]) -> None:
+        """The summaries of `fields` (a small source's) from their values, collected in one
+        job; the values are kept for `unique`."""
+        names = list(dict.fromkeys(f.name for f in fields.values()))
+        table = self.df.select(*(F.col(quote_identifier(n)) for n in names)).toArrow()
+        for name, column in zip(names, table.columns, strict=True):
+            self._collected[name.lower()] = column
+        for key, found in fields.items():
+            column = self._collected[found.name.lower()]
+            bounds = pc.min_max(column)
+            distinct = pc.unique(column).drop_null()
+            self._summaries[key] = _Summary(
+                table.num_rows,
+                bounds["min"].as_py(),
+                bounds["max"].as_py(),
+                len(distinct),
+                distinct[: MAX_PRUNING_VALUES + 1].to_pylist(),
+            )
+
+    def unique(self, names: Sequence[str]) -> bool:
+        """Whether no two source rows hold equal, non-NULL values in the columns `names`
+        (a MERGE condition's source sides of `t.<column> = s.<column>` equalities) that were
+        collected: then no target row matches two source rows. False when it is not known (none
+        of them collected: each collected column is of exactly its target column's type, so a
+        match needs equal values)."""
+        self._summarize(self._columns)
+        columns = {n.lower(): self._collected.get(n.lower()) for n in names}
+        known = {n: c for n, c in columns.items() if c is not None}
+        if not known:
+            return False
+        keys = pa.table(known).drop_null()
+        if keys.num_columns == 1:
+            return bool(pc.count_distinct(keys.column(0)).as_py() == keys.num_rows)
+        return keys.group_by(keys.column_names).aggregate([]).num_rows == keys.num_rows
 
     def many(self, name: str, delta_type: str) -> bool:
         """Whether the column surely has more than MAX_PRUNING_VALUES distinct values."""
@@ -116,7 +172,7 @@ class SourceFacts:
 
     def values(self, name: str, delta_type: str) -> list[Any] | None:
         """Up to MAX_PRUNING_VALUES + 1 distinct values of the column (None: not prunable):
-        those the aggregate listed, else a job of their own."""
+        those summarized, else a job of their own."""
         summary = self._summaries.get((name, delta_type))
         if summary is not None and summary.values is not None:
             return summary.values[: MAX_PRUNING_VALUES + 1]
@@ -140,6 +196,7 @@ class SourceFacts:
 
     def rows(self) -> int:
         """The source's row count: a summary's, else a `count()` job."""
+        self._summarize(self._columns)
         for summary in self._summaries.values():
             if summary is not None:
                 return summary.rows

@@ -387,13 +387,17 @@ def test_pruning_is_recorded(
     assert read_parts == parts_read
 
 
-@pytest.mark.parametrize(("keys", "listed"), [(25_000, False), (12_000, True)])
+@pytest.mark.parametrize(
+    ("keys", "broadcast", "listed"),
+    [(25_000, False, False), (12_000, False, True), (12_000, True, False)],
+)
 def test_many_source_keys_prune_by_their_range(
-    spark: SparkSession, tmp_path: Path, keys: int, listed: bool
+    spark: SparkSession, tmp_path: Path, keys: int, broadcast: bool, listed: bool
 ) -> None:
-    """More than MAX_PRUNING_VALUES distinct keys prune by their range. One aggregate of the
-    source gives the range, numSourceRows and an estimate of the distinct keys: far above the
-    limit, the keys are never listed; near it, they are (and are too many)."""
+    """More than MAX_PRUNING_VALUES distinct keys prune by their range. A source Spark does not
+    broadcast gets one aggregate: the range, numSourceRows and an estimate of the distinct
+    keys; far above the limit, the keys are never listed; near it, they are (and are too many).
+    A source Spark broadcasts has its keys collected: their count is exact, never listed."""
     uri = make_table(spark, tmp_path, BASE)
     many = spark.range(3, 3 + keys).selectExpr("id", "'x' AS value", "'b' AS part")
     calls: list[str] = []
@@ -404,7 +408,13 @@ def test_many_source_keys_prune_by_their_range(
             return super()._source_values_of(name, delta_type)
 
     merge = Counted(uri, many, "t.id = s.id", before_commit=lambda: None)
-    metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute().metrics
+    threshold = "spark.sql.autoBroadcastJoinThreshold"
+    previous = spark.conf.get(threshold)
+    spark.conf.set(threshold, previous if broadcast else "-1")
+    try:
+        metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute().metrics
+    finally:
+        spark.conf.set(threshold, previous)
     assert merge.txn is not None
     assert [p.text for p in merge.txn.read_predicates] == [f"`id` BETWEEN 3 AND {keys + 2}"]
     assert calls == (["id"] if listed else [])
