@@ -4,7 +4,8 @@ A commit is visible whole or not at all, and two writers never both win a versio
 is achieved depends on the filesystem:
 
 - local: the bytes go to a temporary file in the target directory, which is fsynced and then
-  hard-linked to the target name; `os.link` fails when the name is taken.
+  hard-linked to the target name; `os.link` fails when the name is taken. The directory is
+  fsynced after the link, so that the commit is durable when `write` returns.
 - S3 (`s3://`, `s3a://`): one single-part PUT with `If-None-Match: *`.
 - GCS (`gs://`): a create with `ifGenerationMatch=0`; Azure Blob / ADLS Gen2 (`az://`,
   `abfs://`, `abfss://`): a PUT with `If-None-Match: *`.
@@ -344,6 +345,7 @@ class LocalLogStore(LogStore):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        _sync_directory(directory)
 
     def write_parquet(
         self, path: str, tables: Iterable[pa.Table], schema: pa.Schema, **options: Any
@@ -366,6 +368,7 @@ class LocalLogStore(LogStore):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        _sync_directory(directory)
         return size
 
     def exists(self, path: str) -> bool:
@@ -401,6 +404,16 @@ class LocalLogStore(LogStore):
         """Join with the OS path separator."""
         head, *tail = parts
         return os.path.join(head, *(p.strip(os.sep) for p in tail if p.strip(os.sep)))
+
+
+def _sync_directory(directory: str) -> None:
+    """fsync `directory`, so that a name just linked or replaced in it (a commit) outlives a
+    power loss: POSIX makes a new directory entry durable only once its directory is synced."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class FsspecLogStore(LogStore):

@@ -547,3 +547,36 @@ def test_listing_times_with_milliseconds_convert_exactly() -> None:
     assert info_mtime_ms(fs, {"updated": "2039-02-13T04:54:50.174Z"}) == 2_181_185_690_174
     moment = dt.datetime(2039, 2, 13, 4, 54, 50, 174000, tzinfo=dt.UTC)
     assert info_mtime_ms(fs, {"LastModified": moment}) == 2_181_185_690_174
+
+
+@pytest.mark.parametrize("kind", ["commit", "overwrite", "parquet"])
+def test_local_writes_are_durable_when_they_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A power loss (not a killed process: the kernel keeps its caches then) must not lose a
+    write that returned: the file's bytes are synced before its name is linked, and the
+    directory holding the new name is synced after, as POSIX needs for a new entry to last."""
+    import pyarrow as pa
+
+    store = LocalLogStore()
+    log_dir = tmp_path / "_delta_log"
+    log_dir.mkdir()
+    target = log_dir / (
+        "00000000000000000001.checkpoint.parquet" if kind == "parquet" else COMMIT_0
+    )
+    synced: list[tuple[str, bool]] = []  # (what was synced, whether the name existed then)
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        what = "directory" if st.st_ino == log_dir.stat().st_ino else "file"
+        synced.append((what, target.exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if kind == "parquet":
+        table = pa.table({"a": [1, 2]})
+        store.write_parquet(str(target), [table], table.schema)
+    else:
+        store.write(str(target), b'{"commitInfo":{}}\n', overwrite=kind == "overwrite")
+    assert synced == [("file", False), ("directory", True)]
