@@ -148,6 +148,35 @@ def test_a_stray_glob_key_deletes_only_itself(storage, glob_key) -> None:
     assert any(k.startswith("t/_delta_log/") for k in storage.listed())
 
 
+@pytest.mark.parametrize("suffix", ["?versionId=1", "?versionId=", "?versionId=a?versionId=b"])
+def test_a_stray_key_naming_a_version_deletes_only_itself(storage, suffix) -> None:
+    """s3fs cuts `?versionId=...` off any key it splits: vacuum's delete of a stray key
+    `<active file>?versionId=1` deleted the active file itself (the table lost it) and left
+    the stray. Keys are deleted literally; only the stray goes."""
+    active = ["p1.parquet", "x.parquet"]
+    for key in [*active, f"p1.parquet{suffix}"]:
+        storage.put(f"t/{key}")
+    log = _table(storage, "t", active)
+
+    assert _run_vacuum(log).files_deleted == [f"p1.parquet{suffix}"]
+
+    assert {k for k in storage.listed() if not k.startswith("t/_delta_log/")} == {
+        f"t/{k}" for k in active
+    }
+
+
+def test_an_s3_table_path_s3fs_would_misaddress_is_refused(s3_bucket) -> None:
+    """`s3://b/t?versionId=1/x`: s3fs would read and write every file of the table at the key
+    `t` (the rest taken for an object version); refused, naming the table."""
+    from airflow_delta.engine.errors import UnsupportedStorageError
+
+    bucket, options = s3_bucket
+    uri = f"s3://{bucket}/t?versionId=1/x"
+    with pytest.raises(UnsupportedStorageError, match=r"Table s3://.*'\?versionId='"):
+        DeltaLog.create_table(uri, PARTITIONED_SCHEMA, ["_k"], None, options)
+    assert not Storage("s3", f"s3://{bucket}", options, s3_client(options)).listed()
+
+
 def _odd_spellings(storage: Storage, table_path: str) -> dict[str, str]:
     """Log spellings of an active file -> the key each one names, for this storage."""
     if storage.kind == "local":

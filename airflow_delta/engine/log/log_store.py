@@ -548,6 +548,10 @@ class AzureLogStore(ConditionalPutLogStore):
             self._forget(path)
 
 
+#: What s3fs takes for the start of an object version in a path (`split_path`).
+_S3_VERSION = "?versionId="
+
+
 class S3LogStore(ConditionalPutLogStore):
     """S3 through s3fs: put-if-absent by a conditional PUT, listings straight from S3."""
 
@@ -601,6 +605,14 @@ class S3LogStore(ConditionalPutLogStore):
         """Remove the object `path` (one DeleteObject of that literal key)."""
         self.delete_many([path])
 
+    def _literal_key(self, path: str) -> tuple[str, str]:
+        """(bucket, key) of `path` (`bucket/key`), the key as it is: s3fs's `split_path` cuts
+        a `?versionId=...` off it, so a stray `x.parquet?versionId=1` would name `x.parquet`."""
+        bucket = self.fs.split_path(path)[0]
+        if not path.startswith(f"{bucket}/"):
+            raise ValueError(f"{path!r} is not an S3 object path of the form bucket/key")
+        return bucket, path[len(bucket) + 1 :]
+
     def delete_many(self, paths: Sequence[str]) -> None:
         """Remove the objects `paths` by literal key, up to 1,000 per DeleteObjects request.
 
@@ -608,7 +620,7 @@ class S3LogStore(ConditionalPutLogStore):
         """
         by_bucket: dict[str, list[str]] = {}
         for path in paths:
-            bucket, key, _ = self.fs.split_path(path)
+            bucket, key = self._literal_key(path)
             by_bucket.setdefault(bucket, []).append(key)
         for bucket, keys in by_bucket.items():
             for start in range(0, len(keys), DELETE_BATCH):
@@ -652,6 +664,12 @@ def get_log_store(
         return LocalLogStore(), _local_root(uri)
     if scheme in ("s3", "s3a"):
         fs, root = url_to_fs(uri, **s3fs_options(options))
+        if _S3_VERSION in root:
+            raise UnsupportedStorageError(
+                f"Table {uri}: s3fs reads {_S3_VERSION!r} in an S3 path as an object version "
+                "and cuts it and all after it off the key, so the table's files would be read "
+                f"and written elsewhere. Choose a table path without {_S3_VERSION!r}."
+            )
         return S3LogStore(fs), root.rstrip("/")
     fs, root = url_to_fs(uri, **options)
     if scheme == "memory":
