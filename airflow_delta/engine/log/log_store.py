@@ -675,6 +675,13 @@ def get_log_store(
     if scheme == "memory":
         return MemoryLogStore(fs), root.rstrip("/")
     if scheme in ("gs", "gcs"):
+        if getattr(fs, "version_aware", False):
+            raise UnsupportedStorageError(
+                f"Table {uri}: with version_aware, gcsfs reads '#<number>' or "
+                "'?generation=<number>' at the end of a path as an object generation, so a "
+                "stray object named like a table file plus one would be deleted as that file. "
+                "Remove the storage option version_aware (Delta tables do not use it)."
+            )
         return GCSLogStore(fs, scheme), root.rstrip("/")
     if scheme in ("az", "abfs", "abfss"):
         check_addressable(uri, root.rstrip("/"), fs._strip_protocol)

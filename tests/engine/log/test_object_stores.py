@@ -334,3 +334,17 @@ def test_a_log_file_replaced_after_a_listing_is_read_whole(store, request) -> No
     assert store_.open_parquet(path).read().num_rows == 5000
     with store_.open_input(path) as f:
         assert pq.read_table(f).num_rows == 5000
+
+
+def test_a_version_aware_gcs_filesystem_is_refused(gcs) -> None:
+    """gcsfs with version_aware takes `x.parquet#123` for generation 123 of `x.parquet`: a
+    delete of such a stray object would delete that generation of the table's file. Refused,
+    naming the table and the option; without it the same table works."""
+    from airflow_delta.engine.errors import UnsupportedStorageError
+
+    options = gcs[0]
+    uri = f"gs://lake/versions-{time.monotonic_ns()}"
+    with pytest.raises(UnsupportedStorageError, match=r"Table gs://.*version_aware"):
+        DeltaLog.create_table(uri, SCHEMA, storage_options={**options, "version_aware": True})
+    DeltaLog.create_table(uri, SCHEMA, storage_options=options)
+    assert DeltaLog.for_table(uri, options).update().version == 0
