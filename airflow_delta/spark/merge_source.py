@@ -3,16 +3,16 @@ as it can, and when a small source is collected to run in process.
 
 `SourceFacts` answers the engine's pruning questions (`MergeBuilder._source_values`) and the
 numSourceRows metric with one Spark job over every source column the condition equates with a
-target column. A source Spark broadcasts (small) whose such columns all compare in Arrow as in
-Spark (`_EXACT_TYPES`) has those columns collected to the driver: the row count, each column's
-bounds and distinct values, and whether the source's join keys are unique (`unique`: then no
-target row matches two source rows, and findTouchedFiles need not group the matches by target
-row) come from them, exactly. Otherwise the job is an aggregate: the row count and, per column,
-its least and greatest values and an estimate of its distinct values; for a column equated with
-a target partition column, also its distinct values (a partition per value: few). A data column
-whose estimate is well above MAX_PRUNING_VALUES prunes by its bounds with no other job;
-otherwise its distinct values are listed (a second job). The row count is that job's, when one
-ran.
+target column. A deterministic source Spark broadcasts (small) whose such columns all compare
+in Arrow as in Spark (`_EXACT_TYPES`) has those columns collected to the driver: the row count,
+each column's bounds and distinct values, and whether the source's join keys are unique
+(`unique`: then no target row matches two source rows, and findTouchedFiles need not group the
+matches by target row) come from them, exactly. Otherwise the job is an aggregate: the row
+count and, per column, its least and greatest values and an estimate of its distinct values;
+for a column equated with a target partition column, also its distinct values (a partition per
+value: few). A data column whose estimate is well above MAX_PRUNING_VALUES prunes by its bounds
+with no other job; otherwise its distinct values are listed (a second job). The row count is
+that job's, when one ran.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class SourceFacts:
         if not fields:
             return
         exact = all(isinstance(f.dataType, _EXACT_TYPES) for f in fields.values())
-        if exact and broadcast_by_spark(self.df):
+        if exact and broadcast_by_spark(self.df) and _deterministic(self.df):
             self._collect(fields)
             return
         aggregates = [F.count(F.lit(1))]
@@ -302,6 +302,13 @@ def broadcast_by_spark(df: DataFrame) -> bool:
         df.sparkSession._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold()
     )
     return threshold >= 0 and _estimated_bytes(df) <= threshold
+
+
+def _deterministic(df: DataFrame) -> bool:
+    """Whether a classic DataFrame's plan gives the same rows at each evaluation (no `rand()`,
+    no `monotonically_increasing_id()`): only then do values collected once, such as the
+    uniqueness of its keys, hold for the later joins."""
+    return bool(df._jdf.queryExecution().analyzed().deterministic())
 
 
 def _estimated_bytes(df: DataFrame) -> int:

@@ -186,3 +186,18 @@ def test_many_distinct_values_are_counted_exactly(spark: SparkSession) -> None:
             assert found.bounds("id", "long") == (0, count - 1)
             assert found.rows() == count + 1
             assert found.unique(["id"]) is False  # 0 twice
+
+
+def test_the_keys_of_a_source_that_changes_at_each_read_are_not_known_unique(
+    spark: SparkSession,
+) -> None:
+    """A source of `rand()` gives other rows at each evaluation: keys unique when collected may
+    repeat in the search's join, so uniqueness is never taken from one read of it (the MERGE
+    then still checks for target rows matched twice)."""
+    source = frame(spark, [(i,) for i in range(20)], pa.schema([("i", pa.int32())]))
+    changing = source.selectExpr("CAST(i + floor(rand() * 2) AS INT) AS i")
+    with broadcasts(spark, True):
+        assert SourceFacts(source, {("i", "integer"): False}).unique(["i"]) is True
+        found = SourceFacts(changing, {("i", "integer"): False})
+        assert found.unique(["i"]) is False
+        assert found.rows() == 20
