@@ -52,6 +52,11 @@ from airflow_delta.engine.errors import (
     UnsupportedStorageError,
 )
 from airflow_delta.engine.log.azure_blobs import check_addressable, delete_blobs
+from airflow_delta.engine.log.object_keys import (
+    check_gcs_literal,
+    check_s3_addressable,
+    delete_objects,
+)
 from airflow_delta.engine.log.storage_options import (
     LOG_COMPACTION_OPTION,
     SINGLE_WRITER_OPTION,
@@ -64,8 +69,6 @@ from airflow_delta.engine.protocol.paths import FileLocation, canonical_scheme, 
 log = logging.getLogger(__name__)
 
 
-#: Keys per DeleteObjects request (S3 takes at most 1000).
-DELETE_BATCH = 1000
 #: Data files up to this size (bytes) are read whole by `LogStore.open_input`.
 WHOLE_READ_SIZE = 2 * 2**20
 # Largest body S3 takes in one PUT; below it s3fs never switches to a multipart upload.
@@ -548,10 +551,6 @@ class AzureLogStore(ConditionalPutLogStore):
             self._forget(path)
 
 
-#: What s3fs takes for the start of an object version in a path (`split_path`).
-_S3_VERSION = "?versionId="
-
-
 class S3LogStore(ConditionalPutLogStore):
     """S3 through s3fs: put-if-absent by a conditional PUT, listings straight from S3."""
 
@@ -605,36 +604,9 @@ class S3LogStore(ConditionalPutLogStore):
         """Remove the object `path` (one DeleteObject of that literal key)."""
         self.delete_many([path])
 
-    def _literal_key(self, path: str) -> tuple[str, str]:
-        """(bucket, key) of `path` (`bucket/key`), the key as it is: s3fs's `split_path` cuts
-        a `?versionId=...` off it, so a stray `x.parquet?versionId=1` would name `x.parquet`."""
-        bucket = self.fs.split_path(path)[0]
-        if not path.startswith(f"{bucket}/"):
-            raise ValueError(f"{path!r} is not an S3 object path of the form bucket/key")
-        return bucket, path[len(bucket) + 1 :]
-
     def delete_many(self, paths: Sequence[str]) -> None:
-        """Remove the objects `paths` by literal key, up to 1,000 per DeleteObjects request.
-
-        A key S3 reports it could not delete raises OSError naming it.
-        """
-        by_bucket: dict[str, list[str]] = {}
-        for path in paths:
-            bucket, key = self._literal_key(path)
-            by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            for start in range(0, len(keys), DELETE_BATCH):
-                objects = [{"Key": k} for k in keys[start : start + DELETE_BATCH]]
-                out = self.fs.call_s3(
-                    "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
-                )
-                errors = out.get("Errors") or []
-                if errors:
-                    first = errors[0]
-                    raise OSError(
-                        f"S3 could not delete {len(errors)} objects of bucket {bucket}, e.g. "
-                        f"{first.get('Key')!r}: {first.get('Code')} {first.get('Message')}"
-                    )
+        """Remove the objects `paths` by literal key (`object_keys.delete_objects`)."""
+        delete_objects(self.fs, paths)
         for path in paths:
             self.fs.invalidate_cache(path)
 
@@ -664,24 +636,13 @@ def get_log_store(
         return LocalLogStore(), _local_root(uri)
     if scheme in ("s3", "s3a"):
         fs, root = url_to_fs(uri, **s3fs_options(options))
-        if _S3_VERSION in root:
-            raise UnsupportedStorageError(
-                f"Table {uri}: s3fs reads {_S3_VERSION!r} in an S3 path as an object version "
-                "and cuts it and all after it off the key, so the table's files would be read "
-                f"and written elsewhere. Choose a table path without {_S3_VERSION!r}."
-            )
+        check_s3_addressable(uri, root)
         return S3LogStore(fs), root.rstrip("/")
     fs, root = url_to_fs(uri, **options)
     if scheme == "memory":
         return MemoryLogStore(fs), root.rstrip("/")
     if scheme in ("gs", "gcs"):
-        if getattr(fs, "version_aware", False):
-            raise UnsupportedStorageError(
-                f"Table {uri}: with version_aware, gcsfs reads '#<number>' or "
-                "'?generation=<number>' at the end of a path as an object generation, so a "
-                "stray object named like a table file plus one would be deleted as that file. "
-                "Remove the storage option version_aware (Delta tables do not use it)."
-            )
+        check_gcs_literal(uri, fs)
         return GCSLogStore(fs, scheme), root.rstrip("/")
     if scheme in ("az", "abfs", "abfss"):
         check_addressable(uri, root.rstrip("/"), fs._strip_protocol)
