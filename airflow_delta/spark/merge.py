@@ -17,26 +17,27 @@
 2. findTouchedFiles: the source joined with the candidate rows finds the files holding rows that
    a MATCHED or NOT MATCHED BY SOURCE clause modifies, and target rows matched by several
    source rows (MultipleSourceRowMatchingTargetRowInMergeError), counted per file by
-   `spark/merge_matches.py`;
+   `spark/merge_matches.py`. For an upsert whose source keys are collected and unique and whose
+   candidate rows are few, the driver joins the candidate files' key columns with the source
+   keys instead (`spark/merge_driver.py`: no Spark job);
 3. writeAllChanges: the rows of the touched files, updated, deleted or copied per clause, and
    the inserted source rows are written by `write_files`; the touched files are removed and
-   every other file stays. One full outer join of the source with the touched rows gives
-   both, unless the condition is equalities between target and source columns only and
-   Spark broadcasts the source (`_join_keys`): then step 2 caches its matches with the
-   source's join columns, the touched rows are joined with the broadcast source (no shuffle
-   of the target rows), and the inserts are the source rows whose keys matched nothing. On a
-   table with deletion vectors enabled
-   (`spark/merge_deletion_vectors.py`) step 2 also collects the modified rows' indexes in
+   every other file stays. One full outer join of the source with the touched rows gives both,
+   unless the condition is equalities between target and source columns only and Spark
+   broadcasts the source (`_join_keys`): then step 2 keeps its matches' source keys, the
+   touched rows are joined with the broadcast source (no shuffle of the target rows), and the
+   inserts are the source rows whose keys matched nothing. On a table with deletion vectors
+   enabled (`spark/merge_deletion_vectors.py`) step 2 also finds the modified rows' indexes in
    their files, only the updated rows are written (no copies), and a touched file keeping
    unmodified rows is re-added with a new deletion vector (its old DV's rows and the modified
    ones) instead of being removed, as the in-process MERGE does. On a change-data-feed table
    (unless the MERGE only inserts), each output row also carries its change (`insert`,
    `update_postimage`, `delete`, NULL for a copy; an updated row adds its `update_preimage`),
    and `write_change_files` writes the `_change_data` files beside the data files in the same
-   tasks (`cdc` actions, numTargetChangeFilesAdded). On a table with row tracking enabled
-   the touched files' rows are read with their row ids and commit versions, which
-   `write_files` stores: copied rows keep both, updated rows keep their id and take the
-   commit's version, inserted rows get fresh ones;
+   tasks (`cdc` actions, numTargetChangeFilesAdded). On a table with row tracking enabled the
+   touched files' rows are read with their row ids and commit versions, which `write_files`
+   stores: copied rows keep both, updated rows keep their id and take the commit's version,
+   inserted rows get fresh ones;
 4. commit as operation MERGE with Delta's parameters and metrics; `execute()` returns the
    commit's `CommitResult` (the version, with the metrics in `result.metrics`).
 
@@ -98,9 +99,16 @@ from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.spark.constraints import store_assignment_errors, stored_value
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
+from airflow_delta.spark.merge_driver import driver_search_rows, search_on_driver
 from airflow_delta.spark.merge_matches import CLAUSE as _ACTION
 from airflow_delta.spark.merge_matches import FILE as _FILE
-from airflow_delta.spark.merge_matches import RESERVED, Found, check_reserved_names, count_matches
+from airflow_delta.spark.merge_matches import (
+    RESERVED,
+    Found,
+    check_reserved_names,
+    count_matches,
+    file_hashes,
+)
 from airflow_delta.spark.merge_matches import ROW as _ROW
 from airflow_delta.spark.merge_matches import SOURCE as _SOURCE
 from airflow_delta.spark.merge_source import (
@@ -110,7 +118,7 @@ from airflow_delta.spark.merge_source import (
     collect_small_source,
     spark_source,
 )
-from airflow_delta.spark.read import TableLayout, scan_files, spark_uri
+from airflow_delta.spark.read import scan_files
 from airflow_delta.spark.sql_errors import spark_expressions
 from airflow_delta.spark.time_zones import zone_safe
 from airflow_delta.spark.write import write_change_files, write_files
@@ -223,15 +231,14 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
             self._facts = SourceFacts(self.source_df, self._pruning_columns(txn))
         files = txn.filter_files_arrow(zone_safe(spark, txn, self._pruning_predicates(txn)))
         target = scan_files(spark, snapshot, files)
-        fields = target.schema.fields
-        self._check_assignments([f.name for f in fields], self.source_df.columns)
+        self._check_assignments([f.name for f in target.schema.fields], self.source_df.columns)
         self._column_rules = self._computed_columns(txn)
         self._dvs = deletion_vectors_enabled(txn)
         self._tracking = RowTracking.of(txn.metadata)
         source = self.source_df.withColumn(_SOURCE, F.lit(True))
         modifying = [c for c in self.clauses if c.kind != NOT_MATCHED]
-        found = Found(per_clause=[0] * len(modifying))
-        if modifying:
+        found = self._search_on_driver(txn, files, modifying) if modifying else Found()
+        if found is None:
             identified = self._identified_rows(spark, snapshot, files, target)
             with self._spark_sql(txn):
                 found = self._find_touched_files(source, identified, modifying, self._join_keys())
@@ -365,23 +372,19 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         self, spark: Any, snapshot: Any, files: pa.StructArray, target: DataFrame
     ) -> tuple[DataFrame, Callable[[Any], str]]:
         """The candidate rows with a file key (`_FILE`) and a row id (`_ROW`) unique in the
-        query, and the function mapping a file key to the file's log path.
-
-        A plain scan (`target`, the candidate files' scan, with no partition values and no
-        deletion vectors: no join inside) takes a 64-bit hash of Spark's own file name (a long:
-        cheaper to shuffle and group by than the name) and a generated id, both computed while
-        the file is read; the hashes of the candidate files' names are computed by Spark on the
-        driver. Otherwise, when two candidate files' names share a hash, and when the MERGE
-        writes deletion vectors (which need each row's index in its file), the scan attaches
-        the file's position in `files` (an int) and the row index itself.
-        """
+        query, and the function mapping a file key to the file's log path. A plain scan
+        (`target`: no partition values, no deletion vectors, no join inside) takes a 64-bit
+        hash of Spark's file name (`file_hashes`) and a generated id, computed as it reads;
+        otherwise (two names share a hash, or the MERGE writes deletion vectors, which need
+        each row's index in its file) the scan attaches the file's position in `files` and
+        the row index."""
         plain = (
             not self._dvs
             and not snapshot.metadata.partition_columns
             and (pc.struct_field(files, "deletionVector").null_count == len(files))
         )
         paths = pc.struct_field(files, "path").to_pylist()
-        by_hash = self._file_hashes(spark, snapshot, paths) if plain and paths else None
+        by_hash = file_hashes(spark, snapshot, paths) if plain and paths else None
         if by_hash is None:
             rows = scan_files(spark, snapshot, files, file_id_column=_FILE, row_index_column=_ROW)
             return rows, lambda key: paths[key]
@@ -401,31 +404,36 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         )
         return rows, log_path
 
-    def _file_hashes(self, spark: Any, snapshot: Any, paths: list[str]) -> dict[int, str] | None:
-        """Spark's `xxhash64` of each name `input_file_name()` may give the files at `paths`
-        (a local file shows as `file:///x` or `file:/x`) -> the log path; None when two files
-        share a hash. Evaluated on the driver (a local relation's projection: no Spark job)."""
-        layout = TableLayout.of(spark, snapshot)
-        names, owners = [], []
-        for path in paths:
-            uri = _file_uri(spark_uri(layout.resolve(path)))
-            forms = [uri, "file://" + uri[len("file:") :]] if uri.startswith("file:/") else [uri]
-            names.extend(forms)
-            owners.extend([path] * len(forms))
-        hashed = spark.createDataFrame(pa.table({"name": names})).select(F.xxhash64("name"))
-        by_hash: dict[int, str] = {}
-        for (key,), path in zip(hashed.collect(), owners, strict=True):
-            if by_hash.setdefault(key, path) != path:
-                return None
-        return by_hash
+    def _search_on_driver(
+        self, txn: OptimisticTransaction, files: pa.StructArray, modifying: list[MergeClause]
+    ) -> Found | None:
+        """findTouchedFiles on the driver (`spark/merge_driver.py`) when it applies: only
+        unconditional MATCHED clauses modify, the condition is equalities between target and
+        source columns, the source's join columns were collected and their keys are unique."""
+        spark = self.source_df.sparkSession
+        conditional = modifying[0].condition is not None
+        pairs = [self._equality(c) for c in split_conjuncts(self.condition)]
+        if conditional or any(c.kind != MATCHED for c in modifying) or None in pairs:
+            return None  # (a condition with comments or escapes has no collected columns)
+        keys = [(t, s.lower()) for t, s in (p for p in pairs if p is not None)]
+        source = self._facts.collected([s for _, s in keys])
+        if not keys or source is None or not self._facts.unique([s for _, s in keys]):
+            return None
+        limit = driver_search_rows(spark.conf)
+        searched = search_on_driver(txn, files, keys, source, len(modifying), self._dvs, limit)
+        join_keys = self._join_keys()
+        if searched is not None and join_keys:  # the inserts: source rows of other keys
+            names = [f"{_KEY}{i}" for i in range(len(join_keys))]
+            searched[0].matches = spark.createDataFrame(searched[1].rename_columns(names))
+            searched[0].keys = join_keys
+        return None if searched is None else searched[0]
 
     def _join_keys(self) -> list[str]:
-        """The source's join columns, when the search should keep its matches to find the
-        inserted rows: a MERGE that modifies and inserts, on a condition of equalities between
-        target and source columns only (a source row matches or not by those columns alone),
-        from a source Spark broadcasts. The rewrite then joins the touched rows with the
-        broadcast source (no shuffle of the target rows, which a full outer join needs) and
-        the inserts are the source rows whose keys matched nothing. Else none."""
+        """The source's join columns when the search keeps its matches' keys for the inserts
+        (the source rows of other keys): a MERGE that modifies and inserts, on equalities
+        between target and source columns only, from a source Spark broadcasts. The rewrite
+        then joins the touched rows with the broadcast source (no shuffle of the target rows,
+        which a full outer join needs). Else none."""
         kinds = {c.kind for c in self.clauses}
         if kinds != {MATCHED, NOT_MATCHED} or not self._plain_condition():
             return []
@@ -684,14 +692,6 @@ def _first_clause(
         first = F.when(applies, F.lit(i)) if first is None else first.when(applies, F.lit(i))
     assert first is not None, "a MERGE has at least one clause"
     return first.alias(_ACTION)
-
-
-def _file_uri(uri: str) -> str:
-    """`uri` with a `file:` URI's empty authority dropped (`file:///x` and `file:/x` alike)."""
-    if uri.startswith("file://"):
-        rest = uri[len("file:") :].lstrip("/")
-        return f"file:/{rest}"
-    return uri
 
 
 def _num_records(files: pa.StructArray, count: Callable[[], int]) -> int:

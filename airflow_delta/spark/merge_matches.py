@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_delta.engine.errors import InvalidArgumentError
 from airflow_delta.spark.deletion_vectors import RowIndexes, changed_row_indexes, index_lists
+from airflow_delta.spark.read import TableLayout, spark_uri
 
 __all__ = [
     "CLAUSE",
@@ -29,6 +31,7 @@ __all__ = [
     "Found",
     "check_reserved_names",
     "count_matches",
+    "file_hashes",
 ]
 
 #: Starts the name of every column the Spark MERGE adds to its rows.
@@ -157,3 +160,30 @@ def _per_file(
     if not indexes:
         return found.to_pylist(), [None] * found.num_rows
     return found.drop_columns(["indexes"]).to_pylist(), index_lists(found.column("indexes"))
+
+
+def file_hashes(spark: Any, snapshot: Any, paths: list[str]) -> dict[int, str] | None:
+    """Spark's `xxhash64` of each name `input_file_name()` may give the files at `paths`
+    (a local file shows as `file:///x` or `file:/x`) -> the log path; None when two files
+    share a hash. Evaluated on the driver (a local relation's projection: no Spark job)."""
+    layout = TableLayout.of(spark, snapshot)
+    names, owners = [], []
+    for path in paths:
+        uri = _file_uri(spark_uri(layout.resolve(path)))
+        forms = [uri, "file://" + uri[len("file:") :]] if uri.startswith("file:/") else [uri]
+        names.extend(forms)
+        owners.extend([path] * len(forms))
+    hashed = spark.createDataFrame(pa.table({"name": names})).select(F.xxhash64("name"))
+    by_hash: dict[int, str] = {}
+    for (key,), path in zip(hashed.collect(), owners, strict=True):
+        if by_hash.setdefault(key, path) != path:
+            return None
+    return by_hash
+
+
+def _file_uri(uri: str) -> str:
+    """`uri` with a `file:` URI's empty authority dropped (`file:///x` and `file:/x` alike)."""
+    if uri.startswith("file://"):
+        rest = uri[len("file:") :].lstrip("/")
+        return f"file:/{rest}"
+    return uri

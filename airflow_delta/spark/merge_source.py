@@ -163,6 +163,15 @@ class SourceFacts:
             return bool(pc.count_distinct(keys.column(0)).as_py() == keys.num_rows)
         return keys.group_by(keys.column_names).aggregate([]).num_rows == keys.num_rows
 
+    def collected(self, names: Sequence[str]) -> pa.Table | None:
+        """The source's columns `names` (lower case), as collected for the summaries (None
+        unless all were)."""
+        self._summarize(self._columns)
+        columns = {n: self._collected.get(n) for n in names}
+        if any(c is None for c in columns.values()):
+            return None
+        return pa.table(columns)
+
     def many(self, name: str, delta_type: str) -> bool:
         """Whether the column surely has more than MAX_PRUNING_VALUES distinct values."""
         summary = self._summary(name, delta_type)

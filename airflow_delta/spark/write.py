@@ -232,7 +232,8 @@ def normalize_data(
             problems.append(
                 f"column {source.name}: cannot safely cast {source.dataType.simpleString()} "
                 f"to {f.dataType.simpleString()}"
-                + " (pass merge_schema=True to add its new nested fields)" * new
+                + " (pass merge_schema=True to add its new nested fields)"
+                * new
             )
         elif source.dataType.simpleString() == f.dataType.simpleString():
             columns.append(F.col(quote_identifier(source.name)).alias(f.name))

@@ -560,10 +560,14 @@ def test_unpartitioned_table(spark: SparkSession, tmp_path: Path, with_by_source
 def test_unpartitioned_search_keys_files_by_their_names_hash(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashed: bool
 ) -> None:
-    """On the plain-scan path the search keys a row's file by a hash of Spark's name for it
-    (both names Spark gives a local file map to its log path); when two candidate files share
-    a hash it keys them by their position instead, with the same result."""
+    """On the plain-scan path the search on Spark keys a row's file by a hash of Spark's name
+    for it (both names Spark gives a local file map to its log path); when two candidate files
+    share a hash it keys them by their position instead, with the same result."""
     import pyarrow as pa
+
+    import airflow_delta.spark.merge as merge_module
+    from airflow_delta.spark.merge_driver import DRIVER_SEARCH_ROWS
+    from airflow_delta.spark.merge_matches import file_hashes
 
     uri = str(tmp_path / "flat dir")  # a name Spark quotes in its URIs (%20)
     schema = pa.schema([("id", pa.int64()), ("value", pa.string()), ("part", pa.string())])
@@ -572,21 +576,23 @@ def test_unpartitioned_search_keys_files_by_their_names_hash(
         write_delta(spark.createDataFrame(chunk, DDL).coalesce(1), uri)
     paths = DeltaLog.for_table(uri).update().files(stats=False).field("path").to_pylist()
     snapshot = DeltaLog.for_table(uri).update()
-    by_hash = merge_delta(uri, source(spark, []), "t.id = s.id")._file_hashes(
-        spark, snapshot, paths
-    )
+    by_hash = file_hashes(spark, snapshot, paths)
     assert by_hash is not None and sorted(by_hash.values()) == sorted(paths * 2)
     names = spark.read.format("parquet").load(f"{uri}/*.parquet")
     seen = {r[0] for r in names.selectExpr("xxhash64(input_file_name())").collect()}
     assert seen <= set(by_hash) and len(seen) == 3
     if not hashed:
-        monkeypatch.setattr(DeltaMergeBuilder, "_file_hashes", lambda *args: None)
-    result = (
-        merge_delta(uri, source(spark, [(2, "A2", "a"), (5, "C5", "c"), (9, "z9", "z")]), ON)
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .execute()
-    )
+        monkeypatch.setattr(merge_module, "file_hashes", lambda *args: None)
+    spark.conf.set(DRIVER_SEARCH_ROWS, "0")  # the search runs on Spark
+    try:
+        result = (
+            merge_delta(uri, source(spark, [(2, "A2", "a"), (5, "C5", "c"), (9, "z9", "z")]), ON)
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+    finally:
+        spark.conf.unset(DRIVER_SEARCH_ROWS)
     expected = [(1, "a1", "a"), (2, "A2", "a"), (3, "b3", "b"), (4, "b4", "b"), (5, "C5", "c")]
     assert table_rows(spark, uri) == [*expected, (9, "z9", "z")]
     assert result.metrics["numTargetFilesRemoved"] == 2  # the files of ids 2 and 5 only

@@ -283,7 +283,7 @@ class ArrowMergeBuilder(MergeBuilder):
                 used |= {n[2:] for n in clause.condition.columns if n.startswith("t.")}
         target = reader.read(files, [c for c in reader.table.names if c in used])
         eligible = np.repeat(_file_mask(reader.txn, files, literal), reader.lengths)
-        pairs = _match(target, source, keys, eligible)
+        pairs = match_keys(target, source, keys, eligible)
         order = np.argsort(pairs.column("row").to_numpy(), kind="stable")
         rows = pairs.column("row").to_numpy()[order]
         srows = pairs.column("srow").to_numpy()[order]
@@ -636,7 +636,7 @@ def _file_mask(
     return np.asarray(pc.fill_null(predicate.evaluate(files), False).to_numpy(zero_copy_only=False))
 
 
-def _match(
+def match_keys(
     target: pa.Table, source: pa.Table, keys: list[tuple[str, str]], eligible: np.ndarray
 ) -> pa.Table:
     """(row, srow): the target row index and source row index of every matching pair of an
