@@ -5,7 +5,8 @@ the source is a Spark DataFrame (`spark.read.parquet`) and the in-process path i
 (`spark.airflow_delta.merge.inProcessSourceBytes=0`), so the MERGE runs as on a cluster.
 
 * ours:        `merge_delta(p, source_df, "t.id = s.id").when_matched_update_all()
-               .when_not_matched_insert_all().execute()`: finds the touched files (a join),
+               .when_not_matched_insert_all().execute()`: finds the touched files (the source's
+               keys are collected and unique, so on the driver: `spark/merge_driver.py`),
                rewrites them with the source's changes, writes the inserts, commits;
 * spark-floor: the least Spark must do for the same result, knowing the touched files: read
                them as plain parquet, full outer join with the source on `id` (the source's
@@ -71,6 +72,7 @@ def _child(path: str) -> dict:
 
     phases = PhaseTimer()  # where ours spends its time (wrapping costs ~1 us per call)
     phases.wrap(merge_source.SourceFacts, "_summarize", "source facts")
+    phases.wrap(merge_module.DeltaMergeBuilder, "_search_on_driver", "find touched files")
     phases.wrap(merge_module.DeltaMergeBuilder, "_find_touched_files", "find touched files")
     phases.wrap(merge_module, "write_files", "write files")
 

@@ -145,17 +145,22 @@ def _spark_conf_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test using the `spark` session, its runtime conf is as before the test: a value
     the test set goes back, a key it added is unset (an `unset` of a key the session fixture
     sets would leave the default, and the next test on that worker would see it). Static confs,
-    which no test can change, are left alone."""
+    which no test can change, are left alone; Spark calls this package's confs (unknown to it)
+    not modifiable, but they are."""
     if "spark" not in request.fixturenames:
         yield
         return
     session = request.getfixturevalue("spark")
+
+    def modifiable(key: str) -> bool:  # Spark's own runtime confs, and this package's
+        return key.startswith("spark.airflow_delta.") or bool(session.conf.isModifiable(key))
+
     before = session.conf.getAll
     yield
     after = session.conf.getAll
     for key, value in before.items():
-        if after.get(key) != value and session.conf.isModifiable(key):
+        if after.get(key) != value and modifiable(key):
             session.conf.set(key, value)
     for key in after.keys() - before.keys():
-        if session.conf.isModifiable(key):
+        if modifiable(key):
             session.conf.unset(key)

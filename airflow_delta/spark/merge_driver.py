@@ -12,6 +12,7 @@ across a stage boundary. Spark still reads and rewrites the touched files.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,8 @@ __all__ = [
     "driver_search_rows",
     "search_on_driver",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Spark conf: the most candidate rows (by their files' stats) whose join columns the MERGE
 #: reads on the driver to find the touched files; 0 always searches with a Spark job.
@@ -93,6 +96,13 @@ def search_on_driver(
         live = rows[edges[i] : edges[i + 1]] - starts[i]
         kept = _row_indexes(reader, files, records, int(i), live) if indexes else None
         modified[paths[i]] = (len(live), kept)
+    log.info(
+        "MERGE into %s: the driver found %d touched files among %d candidates (%d rows read)",
+        txn.table,
+        len(modified),
+        len(files),
+        target.num_rows,
+    )
     found = Found(
         paths=list(modified),
         per_clause=[len(rows)] + [0] * (clauses - 1),
