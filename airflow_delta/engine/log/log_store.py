@@ -483,8 +483,9 @@ class SingleWriterLogStore(FsspecLogStore):
     """Any fsspec filesystem the user promised only one writer commits to: exists-check + write."""
 
     def write(self, path: str, data: bytes, overwrite: bool = False) -> None:
-        """Write `path`; FileExistsError if it exists and `overwrite` is False."""
-        if not overwrite and self.fs.exists(path):
+        """Write `path`; FileExistsError if it exists (asked of the storage, not of a cached
+        listing) and `overwrite` is False."""
+        if not overwrite and self.exists(path):
             raise FileExistsError(path)
         self.fs.pipe_file(path, data)
 

@@ -321,6 +321,55 @@ class PlainFileSystem(MemoryFileSystem):
 fsspec.register_implementation("plainfs", PlainFileSystem, clobber=True)
 
 
+class ListingCacheFileSystem(PlainFileSystem):
+    """PlainFileSystem answering `exists` from its cached listing of the parent directory, as
+    s3fs and adlfs do (a stand-in: no such filesystem without put-if-absent runs here)."""
+
+    protocol = "listingcachefs"
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        return super()._strip_protocol(path.removeprefix("listingcachefs://"))
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+        found = super().ls(path, detail=True, **kwargs)
+        self.dircache[self._strip_protocol(path).rstrip("/")] = found
+        return found if detail else [f["name"] for f in found]
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        path = self._strip_protocol(path)
+        listed = self.dircache.get(path.rsplit("/", 1)[0])
+        if listed is not None:
+            return any(f["name"] == path for f in listed)
+        return bool(super().exists(path))
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        if path is None:
+            self.dircache.clear()
+        else:
+            self.dircache.pop(self._strip_protocol(path).rstrip("/"), None)
+
+
+fsspec.register_implementation("listingcachefs", ListingCacheFileSystem, clobber=True)
+
+
+def test_a_single_writer_commit_never_replaces_one_its_cached_listing_misses() -> None:
+    """A commit that another writer (breaking the single-writer promise) created after this
+    store listed the log is not overwritten: the existence check asks the storage."""
+    store, root = get_log_store(
+        f"listingcachefs://bucket/{uuid.uuid4().hex}", {"single_writer": "true"}
+    )
+    assert isinstance(store, SingleWriterLogStore)
+    log_dir = store.join(root, "_delta_log")
+    store.write(store.join(log_dir, COMMIT_0), b"first")
+    assert [f.name for f in store.list_from(log_dir)] == [COMMIT_0]  # cached by the listing
+    other = fsspec.filesystem("listingcachefs", skip_instance_cache=True)
+    other.pipe_file(store.join(log_dir, COMMIT_1), b"theirs")
+    with pytest.raises(FileExistsError):
+        store.write(store.join(log_dir, COMMIT_1), b"ours")
+    assert store.read(store.join(log_dir, COMMIT_1)) == b"theirs"
+
+
 # --- data files ----------------------------------------------------------------------------
 
 
