@@ -18,9 +18,14 @@ import: each function imports the engine modules it calls, the first poll of the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import contextvars
+import functools
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -36,6 +41,26 @@ if TYPE_CHECKING:
 DEFAULT_POLL_INTERVAL = 60.0
 #: Longest wait (seconds) between two retries after transient errors, unless polls are rarer.
 MAX_RETRY_DELAY = 300.0
+#: Threads the triggers' blocking storage calls run on (as many as asyncio's default executor
+#: has), apart from that executor, which every other trigger's `asyncio.to_thread` shares.
+POLL_THREADS = min(32, (os.cpu_count() or 1) + 4)
+
+_T = TypeVar("_T")
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+async def _in_poll_thread(call: Callable[..., _T], *args: Any) -> _T:
+    """`call(*args)` on one of the POLL_THREADS threads (with the caller's context variables,
+    as `asyncio.to_thread` keeps them): storage calls that hang then hold up only Delta
+    triggers, and other providers' triggers saturating the default executor hold up none."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="delta-trigger")
+    context = contextvars.copy_context()
+    task = functools.partial(context.run, call, *args)
+    return await asyncio.get_running_loop().run_in_executor(_executor, task)
 
 
 class DeltaTableRecreatedError(AirflowFailException):
@@ -377,8 +402,8 @@ class DeltaTableVersionTrigger(BaseTrigger):
             try:
                 if delta_log is None:
                     hook = DeltaHook(self.delta_conn_id)
-                    delta_log = await asyncio.to_thread(hook.get_delta_log, self.table_uri)
-                check = await asyncio.to_thread(
+                    delta_log = await _in_poll_thread(hook.get_delta_log, self.table_uri)
+                check = await _in_poll_thread(
                     poll_table_version,
                     delta_log,
                     self.baseline_version,
@@ -386,7 +411,7 @@ class DeltaTableVersionTrigger(BaseTrigger):
                     self.allow_recreation,
                 )
                 found = (
-                    await asyncio.to_thread(version_event, delta_log, check) if check.done else None
+                    await _in_poll_thread(version_event, delta_log, check) if check.done else None
                 )
             except Exception as exc:
                 if not is_transient_storage_error(exc):

@@ -499,3 +499,41 @@ def test_a_trigger_rebuilt_after_a_restart_reports_the_commit_made_meanwhile(
     payload = first_event(rebuilt)
     assert payload["status"] == "success"
     assert (payload["event"]["version"], payload["event"]["baseline"]) == (1, 0)
+
+
+def test_a_saturated_default_executor_holds_up_no_delta_trigger(tmp_path: Path) -> None:
+    """Other triggers in the triggerer run their blocking calls on the loop's default executor
+    (`asyncio.to_thread`); with every one of its threads busy, a Delta trigger still polls and
+    fires, on threads of its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    append(new_table(tmp_path / "t"))
+    release = threading.Event()
+    polled_on: list[str] = []
+    from airflow_delta.triggers import version as trigger_module
+
+    real = trigger_module.poll_table_version
+
+    def recorded(*args: Any) -> Any:
+        polled_on.append(threading.current_thread().name)
+        return real(*args)
+
+    async def main() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        default = ThreadPoolExecutor(2)
+        loop.set_default_executor(default)
+        busy = [asyncio.to_thread(release.wait, GENEROUS) for _ in range(2)]
+        waiting = asyncio.gather(*busy)
+        try:
+            trigger = DeltaTableVersionTrigger(str(tmp_path / "t"), 0, poll_interval=0.01)
+            event = await asyncio.wait_for(anext(trigger.run()), GENEROUS / 2)
+        finally:
+            release.set()
+            await waiting
+        return event.payload
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trigger_module, "poll_table_version", recorded)
+        payload = asyncio.run(main())
+    assert payload["status"] == "success" and payload["event"]["version"] == 1
+    assert polled_on and all(name.startswith("delta-trigger") for name in polled_on)
