@@ -99,7 +99,8 @@ from airflow_delta.engine.protocol.features import change_data_feed_enabled
 from airflow_delta.engine.protocol.identity import generated_columns, identity_columns
 from airflow_delta.spark.constraints import store_assignment_errors, stored_value
 from airflow_delta.spark.merge_deletion_vectors import file_changes, with_deletion_vectors
-from airflow_delta.spark.merge_driver import driver_search_rows, search_on_driver
+from airflow_delta.spark.merge_driver import KEY_PREFIX as _KEY
+from airflow_delta.spark.merge_driver import driver_search_rows, search_on_driver, unmatched_rows
 from airflow_delta.spark.merge_matches import CLAUSE as _ACTION
 from airflow_delta.spark.merge_matches import FILE as _FILE
 from airflow_delta.spark.merge_matches import (
@@ -136,7 +137,6 @@ log = logging.getLogger(__name__)
 
 _TARGET = f"{RESERVED}target_row"
 _BEFORE = f"{RESERVED}preimage"
-_KEY = f"{RESERVED}key"
 #: The change a row of each clause action records on a change-data-feed table.
 _CHANGE_TYPES = {"insert": "insert", "update": "update_postimage", "delete": "delete"}
 
@@ -312,7 +312,7 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
                 return target  # every candidate file is touched: their scan, planned once
             return scan_files(spark, snapshot, touched, **keys)
 
-        plain = not duplicates and not found.untouched_matches and found.matches is None
+        plain = not (duplicates or found.untouched_matches or found.keys)
         if modifying and inserting and plain:
             # every source row matching a candidate row matched one of the touched files: one
             # full outer join gives the updates, copies and inserts
@@ -407,10 +407,8 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
     def _search_on_driver(
         self, txn: OptimisticTransaction, files: pa.StructArray, modifying: list[MergeClause]
     ) -> Found | None:
-        """findTouchedFiles on the driver (`spark/merge_driver.py`) when it applies: only
-        unconditional MATCHED clauses modify, the condition is equalities between target and
-        source columns, the source's join columns were collected and their keys are unique."""
-        spark = self.source_df.sparkSession
+        """findTouchedFiles on the driver (`spark/merge_driver.py`) for an upsert: unconditional
+        MATCHED clauses, a condition of column equalities, source keys collected and unique."""
         conditional = modifying[0].condition is not None
         pairs = [self._equality(c) for c in split_conjuncts(self.condition)]
         if conditional or any(c.kind != MATCHED for c in modifying) or None in pairs:
@@ -419,21 +417,21 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         source = self._facts.collected([s for _, s in keys])
         if not keys or source is None or not self._facts.unique([s for _, s in keys]):
             return None
-        limit = driver_search_rows(spark.conf)
+        limit = driver_search_rows(self.source_df.sparkSession.conf)
         searched = search_on_driver(txn, files, keys, source, len(modifying), self._dvs, limit)
-        join_keys = self._join_keys()
+        join_keys, alias = self._join_keys(), quote_identifier(self.source_alias)
         if searched is not None and join_keys:  # the inserts: source rows of other keys
-            names = [f"{_KEY}{i}" for i in range(len(join_keys))]
-            searched[0].matches = spark.createDataFrame(searched[1].rename_columns(names))
-            searched[0].keys = join_keys
+            columns = [F.col(f"{alias}.{quote_identifier(k)}") for k in join_keys]
+            found = searched[0]
+            found.unmatched, found.matches = unmatched_rows(self.source_df, *searched[1:], columns)
+            found.keys = join_keys
         return None if searched is None else searched[0]
 
     def _join_keys(self) -> list[str]:
         """The source's join columns when the search keeps its matches' keys for the inserts
-        (the source rows of other keys): a MERGE that modifies and inserts, on equalities
-        between target and source columns only, from a source Spark broadcasts. The rewrite
-        then joins the touched rows with the broadcast source (no shuffle of the target rows,
-        which a full outer join needs). Else none."""
+        (the source rows of other keys): a MERGE that modifies and inserts, on equalities of
+        target and source columns, from a source Spark broadcasts. The rewrite then joins the
+        touched rows with the broadcast source (no shuffle of the target rows). Else none."""
         kinds = {c.kind for c in self.clauses}
         if kinds != {MATCHED, NOT_MATCHED} or not self._plain_condition():
             return []
@@ -529,9 +527,11 @@ class DeltaMergeBuilder(ArrowMergeBuilder):
         return self._outputs(rows, fields, clauses, target=True)
 
     def _unmatched(self, source: DataFrame, target: DataFrame, found: Found) -> DataFrame:
-        """The source rows that match no candidate row (`target`): those whose join keys are
-        not among the search's matches when it kept them (broadcast: distinct first when the
-        matches outnumber the source's rows, else as they are), else by the condition."""
+        """The source rows that match no candidate row (`target`): by the search's filter, or
+        those whose join keys are not among its kept matches (broadcast: distinct first when
+        they outnumber the source's rows), else by the condition."""
+        if found.unmatched is not None:
+            return source.alias(self.source_alias).where(found.unmatched)
         if found.matches is None:
             return self._join(source, target, "left_anti")
         keys = [f"{_KEY}{i}" for i in range(len(found.keys))]

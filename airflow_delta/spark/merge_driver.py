@@ -7,7 +7,10 @@ only, unconditional MATCHED clauses (the first one modifies every matched row), 
 BY SOURCE clause, a source whose non-NULL key tuples are unique (no target row matches twice),
 and candidate files whose stats count at most `DRIVER_SEARCH_ROWS` rows (a Spark conf). The
 driver then reads a few columns of those rows, once, where a Spark job would scan and join them
-across a stage boundary. Spark still reads and rewrites the touched files.
+across a stage boundary. Spark still reads and rewrites the touched files. Knowing which source
+keys matched, it also tells the inserted rows apart (`unmatched_rows`): by a filter on a few
+ranges of an integer key (new keys tend to follow the old ones), else by an anti join with the
+matched keys.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from airflow_delta.engine.commands.data_reader import FileReader
 from airflow_delta.engine.commands.deletion_vector_files import live_row_indexes
@@ -27,13 +32,16 @@ from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.schema import delta_field_metadata
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.deletion_vectors import RowIndexes
-from airflow_delta.spark.merge_matches import Found
+from airflow_delta.spark.merge_matches import RESERVED, Found
 
 __all__ = [
     "DEFAULT_DRIVER_SEARCH_ROWS",
     "DRIVER_SEARCH_ROWS",
+    "KEY_PREFIX",
     "driver_search_rows",
     "search_on_driver",
+    "unmatched_ranges",
+    "unmatched_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,10 @@ log = logging.getLogger(__name__)
 #: reads on the driver to find the touched files; 0 always searches with a Spark job.
 DRIVER_SEARCH_ROWS = "spark.airflow_delta.merge.driverSearchRows"
 DEFAULT_DRIVER_SEARCH_ROWS = 10_000_000
+#: The names of the matched keys' columns (then 0, 1, ...).
+KEY_PREFIX = f"{RESERVED}key"
+#: The most runs of unmatched integer keys the inserts are filtered by (more: an anti join).
+MAX_INSERT_RANGES = 32
 
 
 def search_on_driver(
@@ -52,13 +64,14 @@ def search_on_driver(
     clauses: int,
     indexes: bool,
     limit: int,
-) -> tuple[Found, pa.Table] | None:
+) -> tuple[Found, pa.Table, np.ndarray] | None:
     """What findTouchedFiles finds for the candidate `files`, from their rows' join columns and
     the `source` join columns (named as the source sides of `keys`, (target column, source
     column) pairs; non-NULL key tuples unique), when every matched row is modified by the first
     of the `clauses` modifying clauses; with `indexes`, the modified rows' indexes in their
-    files (deletion vectors). None when the candidate files' rows are not counted in their
-    stats or outnumber `limit`, or a key column is not of one Arrow type on both sides."""
+    files (deletion vectors); also the source's keys as the target's types and which of them
+    matched. None when the candidate files' rows are not counted in their stats or outnumber
+    `limit`, or a key column is not of one Arrow type on both sides."""
     records = stats_num_records(files.field("stats"))
     if limit <= 0 or records.null_count or (pc.sum(records).as_py() or 0) > limit:
         return None
@@ -86,7 +99,8 @@ def search_on_driver(
     rows = pairs.column("row").to_numpy()[order]
     if len(rows) > 1 and bool((rows[1:] == rows[:-1]).any()):
         return None  # a target row matched twice: the Spark search reports it
-    matched = source.take(pa.array(pairs.column("srow").to_numpy()[order]))
+    matched = np.zeros(source.num_rows, dtype=bool)
+    matched[pairs.column("srow").to_numpy()] = True
     starts = np.cumsum(reader.lengths) - reader.lengths
     # rows[edges[i]:edges[i + 1]] are the matched rows of file i
     edges = np.searchsorted(rows, np.append(starts, target.num_rows))
@@ -109,7 +123,41 @@ def search_on_driver(
         modified=modified,
         pairs=len(rows),
     )
-    return found, matched
+    return found, source, matched
+
+
+def unmatched_rows(
+    source: DataFrame, keys: pa.Table, matched: np.ndarray, columns: list[Column]
+) -> tuple[Column | None, DataFrame | None]:
+    """How the inserts (the source rows whose `keys` matched nothing: `~matched`) are told
+    apart: by a filter over the source's key `columns`, when there is one integer key whose
+    unmatched values make at most MAX_INSERT_RANGES runs in key order (no join: new keys
+    often follow the old ones); else by an anti join with the matched keys, as a DataFrame (of
+    `source`'s session) of columns KEY_PREFIX + 0, 1, ..."""
+    if len(columns) == 1 and pa.types.is_integer(keys.schema.field(0).type):
+        key, column = keys.column(0), columns[0]
+        valid = key.is_valid().to_numpy(zero_copy_only=False)
+        ranges = unmatched_ranges(key.filter(valid).to_numpy(), matched[valid])
+        if ranges is not None:
+            unmatched = column.isNull() if key.null_count else F.lit(False)
+            for low, high in ranges:
+                unmatched = unmatched | column.between(F.lit(low), F.lit(high))
+            return unmatched, None
+    names = [f"{KEY_PREFIX}{i}" for i in range(len(columns))]
+    matched_keys = keys.filter(pa.array(matched)).rename_columns(names)
+    return None, source.sparkSession.createDataFrame(matched_keys)
+
+
+def unmatched_ranges(values: np.ndarray, matched: np.ndarray) -> list[tuple[int, int]] | None:
+    """The runs of unmatched values (`~matched`) in the order of the distinct `values`
+    (integers), as (least, greatest) pairs; None when they are more than MAX_INSERT_RANGES."""
+    order = np.argsort(values, kind="stable")
+    ordered, unmatched = values[order], ~matched[order]
+    starts = unmatched & np.concatenate([[True], ~unmatched[:-1]])
+    ends = unmatched & np.concatenate([~unmatched[1:], [True]])
+    if np.count_nonzero(starts) > MAX_INSERT_RANGES:
+        return None
+    return [(int(a), int(b)) for a, b in zip(ordered[starts], ordered[ends], strict=True)]
 
 
 def driver_search_rows(conf: Any) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from airflow_delta.engine.errors import InvalidArgumentError
@@ -65,7 +65,8 @@ class Found:
     - `untouched_matches`: an untouched file holds a matched row;
     - `matches`: when the search kept them, its cached matches, with the values of the
       source's join columns `keys` (`release()` drops them); `pairs`: how many (target row,
-      source row) matches the touched and matched files hold.
+      source row) matches the touched and matched files hold; `unmatched`: when the search
+      knows them, a filter of the source rows (under its alias) that matched nothing.
     """
 
     paths: list[str] = field(default_factory=list)
@@ -77,6 +78,7 @@ class Found:
     matches: DataFrame | None = None
     keys: list[str] = field(default_factory=list)
     pairs: int = 0
+    unmatched: Column | None = None
 
     def release(self) -> None:
         """Drop the cached matches (if any)."""

@@ -52,13 +52,14 @@ CONDITIONS = ["t.k1 = s.k1", "t.k1 = s.k1 AND t.k2 = s.k2", "s.k2 = t.k2 AND s.k
 
 
 class RecordedMerge(DeltaMergeBuilder):
-    """A MERGE that records whether its inserts came from the search's kept matches."""
+    """A MERGE that records whether its inserts came from what the search kept of its matches
+    (their keys for an anti join, or a filter of the unmatched keys' ranges)."""
 
     kept_matches: bool | None = None
     pairs: int | None = None
 
     def _unmatched(self, source: DataFrame, target: DataFrame, found: Found) -> DataFrame:
-        self.kept_matches = found.matches is not None
+        self.kept_matches = found.matches is not None or found.unmatched is not None
         self.pairs = found.pairs
         return super()._unmatched(source, target, found)
 

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +31,11 @@ from airflow_delta.engine.errors import MultipleSourceRowMatchingTargetRowInMerg
 from airflow_delta.engine.protocol.actions import Action
 from airflow_delta.engine.txn.transaction import OptimisticTransaction
 from airflow_delta.spark.merge import DeltaMergeBuilder, MergeClause
-from airflow_delta.spark.merge_driver import DRIVER_SEARCH_ROWS
+from airflow_delta.spark.merge_driver import (
+    DRIVER_SEARCH_ROWS,
+    MAX_INSERT_RANGES,
+    unmatched_ranges,
+)
 from airflow_delta.spark.merge_matches import Found
 from airflow_delta.spark.read import read_delta
 from airflow_delta.spark.write import write_delta
@@ -246,3 +251,49 @@ def test_rows_of_a_file_with_a_deletion_vector_are_found_at_their_index(
         f for f in DeltaLog.for_table(uri).update().files().to_pylist() if f["path"] == path
     )
     assert file["deletionVector"]["cardinality"] == 3  # rows 2, 4 and 5
+
+
+KEYED = st.tuples(st.integers(-(2**63), 2**63 - 1), st.booleans())  # (key, matched)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(KEYED, max_size=150, unique_by=lambda r: r[0]))
+def test_unmatched_ranges_hold_exactly_the_unmatched_keys(rows: list[tuple[int, bool]]) -> None:
+    values = np.array([v for v, _ in rows], dtype=np.int64)
+    matched = np.array([m for _, m in rows], dtype=bool)
+    ranges = unmatched_ranges(values, matched)
+    ordered = [m for _, m in sorted(rows)]
+    runs = sum(1 for i, m in enumerate(ordered) if not m and (i == 0 or ordered[i - 1]))
+    if runs > MAX_INSERT_RANGES:
+        assert ranges is None
+        return
+    assert ranges is not None and len(ranges) == runs
+    for value, was_matched in rows:
+        assert any(low <= value <= high for low, high in ranges) == (not was_matched)
+
+
+@pytest.mark.parametrize("runs", [2, MAX_INSERT_RANGES + 1], ids=["ranges", "anti-join"])
+def test_inserts_by_key_ranges_or_by_an_anti_join(
+    spark: SparkSession, tmp_path: Path, runs: int
+) -> None:
+    """New keys interleaved with the matched ones: few runs of them are filtered by ranges,
+    more by an anti join with the matched keys; the same inserts either way."""
+    uri = _table(tmp_path / "t", False, {})
+    existing = [(2 * i, "a", "c") for i in range(runs)]
+    write_delta(spark.createDataFrame(existing, "k1 long, k2 string, v string"), uri)
+    new = [(2 * i + 1, "n", "x") for i in range(runs)]
+    source = _source(spark, [(k, "a", "x") for k, _, _ in existing] + new + [(None, "z", "x")])
+    kept: list[Any] = []
+
+    class Recorded(RecordedMerge):
+        def _unmatched(self, source: Any, target: Any, found: Found) -> Any:
+            kept.append((found.unmatched is not None, found.matches is not None))
+            return super()._unmatched(source, target, found)
+
+    builder = Recorded(uri, source, "t.k1 = s.k1")
+    metrics = builder.when_matched_update_all().when_not_matched_insert_all().execute().metrics
+    assert builder.on_driver is True
+    assert kept == [(True, False) if runs <= MAX_INSERT_RANGES else (False, True)]
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (runs, runs + 1)
+    got = sorted(tuple(r) for r in read_delta(spark, uri).where("k1 IS NOT NULL").collect())
+    assert got == sorted([(k, "a", "x") for k, _, _ in existing] + new)
