@@ -95,8 +95,7 @@ def search_on_driver(
     target = reader.read(files, schema.names)
     names = [(n, n) for n in schema.names]
     pairs = match_keys(target, source, names, np.ones(target.num_rows, dtype=bool))
-    order = np.argsort(pairs.column("row").to_numpy(), kind="stable")
-    rows = pairs.column("row").to_numpy()[order]
+    rows = np.sort(pairs.column("row").to_numpy())
     if len(rows) > 1 and bool((rows[1:] == rows[:-1]).any()):
         return None  # a target row matched twice: the Spark search reports it
     matched = np.zeros(source.num_rows, dtype=bool)
