@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 from airflow_delta.engine.commands.data_reader import FileReader
 from airflow_delta.engine.commands.deletion_vector_files import live_row_indexes
-from airflow_delta.engine.commands.merge_in_process import match_keys
+from airflow_delta.engine.commands.merge_values import match_keys
 from airflow_delta.engine.protocol.action_types import stats_num_records
 from airflow_delta.engine.protocol.schema import delta_field_metadata
 from airflow_delta.engine.txn.transaction import OptimisticTransaction

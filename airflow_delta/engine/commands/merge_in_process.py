@@ -62,7 +62,12 @@ from airflow_delta.engine.commands.merge import (
     MergeClause,
     arrow_table,
 )
-from airflow_delta.engine.commands.merge_values import cast_to_field, castable, sql_literal
+from airflow_delta.engine.commands.merge_values import (
+    cast_to_field,
+    castable,
+    match_keys,
+    sql_literal,
+)
 from airflow_delta.engine.commands.row_ids import RowTracking
 from airflow_delta.engine.errors import (
     InvalidArgumentError,
@@ -636,24 +641,6 @@ def _file_mask(
     return np.asarray(pc.fill_null(predicate.evaluate(files), False).to_numpy(zero_copy_only=False))
 
 
-def match_keys(
-    target: pa.Table, source: pa.Table, keys: list[tuple[str, str]], eligible: np.ndarray
-) -> pa.Table:
-    """(row, srow): the target row index and source row index of every matching pair of an
-    `eligible` target row, from a hash join (NULL keys match nothing)."""
-    left = [_key(target.column(t)) for t, _ in keys]
-    right = [_key(source.column(s)) for _, s in keys]
-    names = [f"k{i}" for i in range(len(keys))]
-    rows = pa.array(np.arange(target.num_rows, dtype=np.int64))
-    srows = pa.array(np.arange(source.num_rows, dtype=np.int64))
-    first = pa.table([*left, rows], names=[*names, "row"])
-    if not eligible.all():
-        first = first.filter(pa.array(eligible))
-    second = pa.table([*right, srows], names=[*names, "srow"])
-    joined = first.join(second, keys=names, join_type="inner", use_threads=True)
-    return joined.select(["row", "srow"])
-
-
 # -- helpers ------------------------------------------------------------------------------------
 
 
@@ -662,13 +649,6 @@ def _side(sides: Mapping[str, pa.Table | None], name: str) -> pa.Table:
     rows = sides[name[0]]
     assert rows is not None  # the plan reads only the sides its clause has
     return rows
-
-
-def _key(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A join key as compared: integers of every width as int64."""
-    if pa.types.is_integer(column.type) and column.type != pa.int64():
-        return pc.cast(column, pa.int64())
-    return column
 
 
 def _deletion_vectors(
