@@ -40,18 +40,25 @@ def joinable(target: pa.DataType, source: pa.DataType) -> bool:
     return bool(comparable and target == source)
 
 
+#: The most source rows `match_keys` looks target keys up in (building the lookup's hash set
+#: takes about 0.2 us a row, on one core).
+LOOKUP_ROWS = 100_000
+
+
 def match_keys(
     target: pa.Table, source: pa.Table, keys: list[tuple[str, str]], eligible: np.ndarray
 ) -> pa.Table:
     """(row, srow): the target row index and source row index of every matching pair of an
     `eligible` target row (NULL keys match nothing).
 
-    One key column whose source values are unique is a hash lookup of each target key in the
-    source's (`index_in`); anything else is a hash join, which needs Arrow's query engine
-    (`pyarrow.acero`, whose first import costs about 0.1 s)."""
+    One key column of at most `LOOKUP_ROWS` unique source values is a hash lookup of each
+    target key in the source's (`index_in`): Arrow's hash join needs its query engine
+    (`pyarrow.acero`), whose first import in a process costs 0.1-0.2 s, more than such a
+    lookup. The join is faster on bigger sources (it builds its hash table on every core)."""
     left = [_key(target.column(t)) for t, _ in keys]
     right = [_key(source.column(s)) for _, s in keys]
-    if len(keys) == 1 and left[0].type == right[0].type and _unique(right[0]):
+    one = len(keys) == 1 and left[0].type == right[0].type
+    if one and source.num_rows <= LOOKUP_ROWS and _unique(right[0]):
         found = pc.index_in(left[0], value_set=right[0].combine_chunks(), skip_nulls=True)
         srow = pc.fill_null(found, -1).to_numpy().astype(np.int64)
         row = np.flatnonzero((srow >= 0) & eligible)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_delta.engine.commands import merge_values
 from airflow_delta.engine.commands.merge_values import match_keys
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,8 +50,12 @@ def _sides(draw):
 
 
 @SETTINGS
-@given(_sides(), st.sampled_from([pa.int8(), pa.int32(), pa.int64()]))
-def test_match_keys_pairs_every_equal_non_null_key_of_an_eligible_row(sides, narrow):
+@given(
+    _sides(),
+    st.sampled_from([pa.int8(), pa.int32(), pa.int64()]),
+    st.sampled_from([0, merge_values.LOOKUP_ROWS]),  # 0: unique keys joined, not looked up
+)
+def test_match_keys_pairs_every_equal_non_null_key_of_an_eligible_row(sides, narrow, lookup_rows):
     width, ints, target, source, eligible = sides
     if ints and any(v is not None and not -128 <= v <= 127 for r in target for v in r):
         narrow = pa.int64()  # the target's column narrower than the source's when values fit
@@ -61,7 +67,8 @@ def test_match_keys_pairs_every_equal_non_null_key_of_an_eligible_row(sides, nar
     kinds = (narrow, pa.int64()) if ints else (pa.string(), pa.string())
     left, right = table(target, "t", kinds[0]), table(source, "s", kinds[1])
     keys = [(f"t{i}", f"s{i}") for i in range(width)]
-    got = match_keys(left, right, keys, np.array(eligible, dtype=bool))
+    with mock.patch.object(merge_values, "LOOKUP_ROWS", lookup_rows):
+        got = match_keys(left, right, keys, np.array(eligible, dtype=bool))
     assert _pairs(got) == _nested_loop(target, source, eligible)
 
 
