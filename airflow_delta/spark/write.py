@@ -16,9 +16,9 @@ so a local session, a standalone cluster and Spark Connect behave alike. A plain
 mapping, row tracking column or change data; flat primitive columns; a local table:
 `native_write.native_refusal`) goes through Spark's own parquet writer instead, its stats
 read from the files' footers (`spark/native_write.py`), when the session conf
-`spark.airflow_delta.write.native` asks for it: `true`, or `auto` (the default) for an
-unpartitioned table from a `local[...]` session, where it is the faster writer (`false`:
-never). `write_change_files` is the variant for
+`spark.airflow_delta.write.native` asks for it: `true`, or `auto` (the default) from a
+`local[...]` session (`false`: never). `write_change_files` is
+the variant for
 rows that carry their change (the Spark MERGE on a change-data-feed table): each task also
 writes `_change_data` files, through a second `DataFileWriter` of change data.
 
@@ -379,7 +379,7 @@ def _write_files(
         data = data.withColumn(VIOLATION_COLUMN, violation)
     data = _partitioned(data, schema_json, columns, _optimize_write(df, txn))
     plan = WritePlan.for_table(txn.location, metadata, storage_options, target_file_size)
-    if native and not change_data and not checks and native_enabled(df, bool(columns)):
+    if native and not change_data and not checks and native_enabled(df):
         refusal = native_refusal(txn, plan, target_file_size)
         if refusal is None:
             return write_native(txn, data, plan), []

@@ -71,8 +71,8 @@ _rows = st.lists(
 
 @pytest.fixture
 def native_conf(spark: SparkSession) -> Iterator[None]:
-    """The session asks for Spark's parquet writer whenever it can write the rows (by default
-    only for unpartitioned tables) during the test."""
+    """The session asks for Spark's parquet writer whenever it can write the rows during the
+    test (the default, "auto", also does in the test's local session)."""
     spark.conf.set(NATIVE_WRITE_CONF, "true")
     yield
     spark.conf.unset(NATIVE_WRITE_CONF)
@@ -205,29 +205,27 @@ def native_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return used
 
 
-def test_auto_chooses_it_for_unpartitioned_tables(
+def test_auto_chooses_it_in_a_local_session(
     spark: SparkSession, tmp_path: Path, native_writes: list[int]
 ) -> None:
-    """By default ("auto") a local session writes unpartitioned tables with Spark's parquet
-    writer and partitioned ones with the Python tasks; a value other than true, false or auto
-    is an error naming the conf."""
+    """By default ("auto") a local session writes partitioned and unpartitioned tables with
+    Spark's parquet writer, "false" with the Python tasks; a value other than true, false or
+    auto is an error naming the conf."""
     used = native_writes
     df = spark.range(0, 6, 1, 2).selectExpr("id", "cast(id % 2 as string) as p")
-    for conf in (None, "AUTO "):
+    for conf, native in ((None, [1, 1]), ("AUTO ", [1, 1]), ("false", [])):
         if conf is not None:
             spark.conf.set(NATIVE_WRITE_CONF, conf)
         try:
             flat, parts = str(tmp_path / f"flat-{conf}"), str(tmp_path / f"parts-{conf}")
             assert write_delta(df, flat).metrics["numOutputRows"] == 6
-            assert used == [1]  # Spark's parquet writer
             assert write_delta(df, parts, partition_by=["p"]).metrics["numOutputRows"] == 6
-            assert used == [1]  # the Python tasks
+            assert used == native
         finally:
             spark.conf.unset(NATIVE_WRITE_CONF)
         used.clear()
-        assert sorted(r["id"] for r in DeltaTable(parts).to_pyarrow_table().to_pylist()) == [
-            *range(6)
-        ]
+        got = DeltaTable(parts).to_pyarrow_table().to_pylist()
+        assert sorted((r["id"], r["p"]) for r in got) == [(i, str(i % 2)) for i in range(6)]
     spark.conf.set(NATIVE_WRITE_CONF, "yes")
     try:
         with pytest.raises(ValueError, match=re.escape(f"{NATIVE_WRITE_CONF}='yes'")):
