@@ -69,11 +69,11 @@ _FOOTER_THREADS = 16
 def native_enabled(df: DataFrame) -> bool:
     """Whether a plain write of `df` may use Spark's parquet writer: NATIVE_WRITE_CONF "true"
     or "false" decides; "auto" (the default) chooses it in a `local[...]` session, whose
-    executors share this machine's disk (`runs_locally`). Measured on B5's 5M rows partitioned by date, against
-    Spark's own parquet write: this writer 1.05 of it in a fresh JVM and 1.06 in a warm one,
-    the Python tasks 0.96 and 1.19 (Spark's JIT-compiled writer gains most from the warm-up;
-    pyarrow's C++ writer needs none). Unpartitioned, in one JVM: this writer 2.06 s, the Python
-    tasks 3.0 s, Spark's own write 2.17 s."""
+    executors share this machine's disk (`runs_locally`). Measured on B5's 5M rows partitioned
+    by date, against Spark's own parquet write: this writer 1.05 of it in a fresh JVM and 1.06
+    in a warm one, the Python tasks 0.96 and 1.19 (Spark's JIT-compiled writer gains most from
+    the warm-up; pyarrow's C++ writer needs none). Unpartitioned, in one JVM: this writer
+    2.06 s, the Python tasks 3.0 s, Spark's own write 2.17 s."""
     value = str(df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").strip().lower()
     if value not in ("true", "false", "auto"):
         raise ValueError(f"Spark conf {NATIVE_WRITE_CONF}={value!r}: use 'true', 'false' or 'auto'")
