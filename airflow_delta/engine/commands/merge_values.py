@@ -1,8 +1,7 @@
 """How a MERGE compares and converts values across the source's and the table's types: join
 keys compared exactly as Spark compares them (`joinable`) and joined (`match_keys`), and the
-in-process MERGE's
-assignments turned into columns of the table's types: source columns cast within their type
-family (`castable`, `cast_to_field`), and SQL literals (`sql_literal`)."""
+in-process MERGE's assignments turned into columns of the table's types: source columns cast
+within their type family (`castable`, `cast_to_field`), and SQL literals (`sql_literal`)."""
 
 from __future__ import annotations
 
